@@ -1,0 +1,21 @@
+// CPU feature detection and the ISA level the kernels dispatch on.
+#pragma once
+
+namespace op_plugin {
+
+enum class Isa : int {
+  kBaseline = 0,    // x86-64 SSE2 (or any other architecture)
+  kAvx2 = 1,        // AVX2 + FMA + F16C
+  kAvx512 = 2,      // AVX-512 F/BW/VL/DQ + FMA + F16C
+  kAvx512Bf16 = 3,  // AVX-512 as above + AVX512_BF16 dot products
+};
+
+// The best level this CPU supports, capped by the environment variable OP_PLUGIN_ISA
+// (baseline, avx2, avx512, avx512_bf16) so tests can force a lower level. Read once.
+Isa active_isa();
+const char* isa_name(Isa isa);
+
+}  // namespace op_plugin
+
+// Version of the kernel library, reported by the helper module.
+#define OP_PLUGIN_KERNELS_VERSION "0.1.0"
