@@ -1,0 +1,36 @@
+"""python -m codegen [--registry op_plugin_functions.yaml] [--out build/generated] [--check]"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from codegen.generate import generate
+from codegen.parse import RegistryError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__)
+    parser.add_argument("--registry", default="op_plugin_functions.yaml")
+    parser.add_argument("--out", default="build/generated")
+    parser.add_argument("--check", action="store_true", help="fail if generated files are stale; write nothing")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        fm = generate(args.registry, args.out, check_only=args.check)
+    except RegistryError as e:
+        print("\n".join(e.errors), file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - start
+    if args.check:
+        if fm.stale:
+            print("stale generated files (run python -m codegen):\n  " + "\n  ".join(fm.stale), file=sys.stderr)
+            return 1
+        print(f"codegen: {len(fm.unchanged)} files up to date")
+        return 0
+    print(f"codegen: {len(fm.written)} written, {len(fm.unchanged)} unchanged in {args.out} ({seconds:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

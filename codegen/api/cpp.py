@@ -1,0 +1,159 @@
+"""Translations into C++: expressions, binding signatures, and the kernel's C prototypes."""
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+
+from torchgen.api import dispatcher
+from torchgen.model import Argument, FunctionSchema
+
+from codegen import expr as E
+from codegen.expr import Expr, Message
+
+_CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+_BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
+
+
+def cpp_string(s: str) -> str:
+    """A C++ string literal (JSON escaping is a subset of C++'s)."""
+    return json.dumps(s)
+
+
+class ExprRenderer:
+    """Renders a checked expression; ``env`` gives each name's kind (for optional access)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def __call__(self, e: Expr) -> str:
+        return self.render(e.tree)
+
+    def kind(self, node: ast.expr) -> str:
+        return E._Checker(self.env, ast.unparse(node)).kind(node)
+
+    def value(self, node: ast.expr) -> str:
+        """A name's value, dereferencing optionals (guarded by the rule's own `is None` test)."""
+        text = self.render(node)
+        if isinstance(node, ast.Name) and self.env.get(node.id, "").endswith(E.OPTIONAL):
+            return f"(*{text})"
+        return text
+
+    def render(self, node: ast.expr) -> str:  # noqa: C901 - one case per node type
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool):
+                return "true" if node.value else "false"
+            if isinstance(node.value, str):
+                return cpp_string(node.value)
+            if isinstance(node.value, int):
+                return str(node.value)
+            return repr(float(node.value))
+        if isinstance(node, ast.Name):
+            if node.id in E.DTYPES and node.id not in self.env:
+                return E.DTYPES[node.id][0]
+            return node.id
+        if isinstance(node, ast.Attribute):
+            owner = self.value(node.value)
+            return f"{owner}.scalar_type()" if node.attr == "dtype" else f"{owner}.sizes()"
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                args = ", ".join(self.render(a) for a in node.args)
+                return f"{self.value(node.func.value)}.{node.func.attr}({args})"
+            name = node.func.id  # type: ignore[attr-defined]
+            args = ", ".join(self.value(a) for a in node.args)
+            if name == "len":
+                return f"static_cast<int64_t>({args}.size())"
+            if name in ("min", "max"):
+                return f"std::{name}<int64_t>({args})"
+            if name == "isfinite":
+                return f"std::isfinite(static_cast<double>({args}))"
+            return f"op_plugin::{name}({args})"  # upper, stats_dtype: csrc/bindings/torch_glue.h
+        if isinstance(node, ast.BoolOp):
+            op = " && " if isinstance(node.op, ast.And) else " || "
+            return "(" + op.join(self.render(v) for v in node.values) + ")"
+        if isinstance(node, ast.UnaryOp):
+            return ("!" if isinstance(node.op, ast.Not) else "-") + f"({self.render(node.operand)})"
+        if isinstance(node, ast.BinOp):
+            return f"({self.value(node.left)} {_BIN[type(node.op)]} {self.value(node.right)})"
+        if isinstance(node, ast.Compare):
+            op, left, right = node.ops[0], node.left, node.comparators[0]
+            if isinstance(op, (ast.Is, ast.IsNot)):
+                return ("!" if isinstance(op, ast.Is) else "") + f"{self.render(left)}.has_value()"
+            if isinstance(op, (ast.In, ast.NotIn)):
+                lhs = self.value(left)
+                alts = " || ".join(f"{lhs} == {self.render(x)}" for x in right.elts)  # type: ignore[attr-defined]
+                return f"({alts})" if isinstance(op, ast.In) else f"!({alts})"
+            return f"({self.value(left)} {_CMP[type(op)]} {self.value(right)})"
+        if isinstance(node, ast.IfExp):
+            return f"({self.render(node.test)} ? {self.render(node.body)} : {self.render(node.orelse)})"
+        if isinstance(node, ast.List):
+            return "std::vector<int64_t>{" + ", ".join(self.value(x) for x in node.elts) + "}"
+        raise AssertionError(f"unchecked node {ast.dump(node)}")
+
+    def message(self, op_name: str, m: Message) -> str:
+        """The argument list of TORCH_CHECK's message: literals and op_plugin::fmt(value) pieces."""
+        pieces = [cpp_string(f"{op_name}: ")]
+        for part in m.parts:
+            pieces.append(cpp_string(part) if isinstance(part, str) else f"op_plugin::fmt({self.value(part.tree)})")
+        return ", ".join(pieces)
+
+
+def let_type(kind: str) -> str:
+    return {E.INT: "const int64_t", E.FLOAT: "const double", E.BOOL: "const bool",
+            E.DTYPE: "const at::ScalarType", E.STR: "const std::string"}.get(kind, "const auto")
+
+
+# ---- binding signatures (torchgen's dispatcher API: what m.impl expects) ----------------------
+
+@dataclass(frozen=True)
+class BindingArg:
+    name: str
+    cpp_type: str  # the dispatcher C++ type, e.g. `const ::std::optional<at::Tensor> &`
+    kind: str
+
+
+def binding_args(func: FunctionSchema) -> list[BindingArg]:
+    by_name = {a.name: a for a in func.arguments.flat_all}
+    return [BindingArg(b.name, b.type, E.kind_of_type(by_name[b.name].type))
+            for b in dispatcher.arguments(func)]
+
+
+def binding_returns(func: FunctionSchema) -> str:
+    return dispatcher.returns_type(func.returns).cpp_type()
+
+
+# ---- the kernel's C API ---------------------------------------------------------------------
+
+_KERNEL_TYPES = {E.TENSOR: "const opTensor*", E.TENSOR + E.OPTIONAL: "const opTensor*",
+                 E.INT: "int64_t", E.FLOAT: "double", E.BOOL: "bool", E.STR: "const char*",
+                 E.STR + E.OPTIONAL: "const char*", E.INT + E.OPTIONAL: "const int64_t*",
+                 E.FLOAT + E.OPTIONAL: "const double*", E.INT_LIST: "const opIntArray*",
+                 E.INT_LIST + E.OPTIONAL: "const opIntArray*"}
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of <Kernel>GetWorkspaceSize and how the binding passes it."""
+
+    name: str
+    c_type: str
+    kind: str
+    is_output: bool
+
+
+def kernel_params(func: FunctionSchema, output_names: list[str]) -> list[KernelParam]:
+    params = []
+    for a in func.arguments.flat_all:
+        kind = E.kind_of_type(a.type)
+        params.append(KernelParam(a.name, _KERNEL_TYPES[kind], kind, False))
+    params += [KernelParam(n, "opTensor*", E.TENSOR, True) for n in output_names]
+    return params
+
+
+def kernel_signature(kernel: str, params: list[KernelParam]) -> str:
+    args = ", ".join(f"{p.c_type} {p.name}" for p in params)
+    return f"opStatus {kernel}GetWorkspaceSize({args}, uint64_t* workspace_size, opExecutor** executor)"
+
+
+def is_optional(a: Argument) -> bool:
+    return E.kind_of_type(a.type).endswith(E.OPTIONAL)

@@ -1,0 +1,80 @@
+"""Translations into Python: expressions for the fakes, and the wrappers' signatures."""
+from __future__ import annotations
+
+import ast
+
+from torchgen.model import Argument, FunctionSchema
+
+from codegen import expr as E
+from codegen.expr import Expr, Message
+
+_PY_FUNCS = {"isfinite": "math.isfinite", "stats_dtype": "_stats_dtype", "upper": "_upper"}
+
+
+class _ToPython(ast.NodeTransformer):
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id in E.DTYPES and node.id not in self.env:
+            return ast.parse(E.DTYPES[node.id][1], mode="eval").body
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in _PY_FUNCS:
+            node.func = ast.parse(_PY_FUNCS[node.func.id], mode="eval").body
+        return node
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+
+def render(e: Expr, env: dict[str, str]) -> str:
+    tree = _ToPython(env).visit(ast.parse(ast.unparse(e.tree), mode="eval").body)
+    return ast.unparse(tree)
+
+
+def message(op_name: str, m: Message, env: dict[str, str]) -> str:
+    """A Python expression building the same text as the C++ message."""
+    pieces = [repr(f"{op_name}: ")]
+    for part in m.parts:
+        pieces.append(repr(part) if isinstance(part, str) else f"_fmt({render(part, env)})")
+    return " + ".join(pieces)
+
+
+_PY_TYPES = {E.TENSOR: "Tensor", E.INT: "int", E.FLOAT: "float", E.BOOL: "bool", E.STR: "str",
+             E.INT_LIST: "Sequence[int]"}
+
+
+def annotation(a: Argument) -> str:
+    kind = E.kind_of_type(a.type)
+    text = _PY_TYPES[E.base(kind)]
+    return f"Optional[{text}]" if kind.endswith(E.OPTIONAL) else text
+
+
+def default(a: Argument) -> str:
+    """The schema default as a Python literal."""
+    d = a.default
+    assert d is not None
+    if d in ("True", "False", "None"):
+        return d
+    if d.startswith('"') or d.startswith("'"):
+        return repr(ast.literal_eval(d))
+    if d.startswith("["):
+        return repr(tuple(ast.literal_eval(d)))
+    value = ast.literal_eval(d)
+    return repr(value)
+
+
+def wrapper_params(func: FunctionSchema) -> list[str]:
+    """``name: type = default`` items with the schema's ``*`` kept."""
+    out: list[str] = []
+    for a in func.arguments.flat_positional:
+        out.append(_param(a))
+    if func.arguments.flat_kwarg_only:
+        out.append("*")
+        out += [_param(a) for a in func.arguments.flat_kwarg_only]
+    return out
+
+
+def _param(a: Argument) -> str:
+    text = f"{a.name}: {annotation(a)}"
+    return f"{text} = {default(a)}" if a.default is not None else text

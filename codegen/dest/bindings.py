@@ -1,0 +1,120 @@
+"""bindings/register_schema.cpp, bindings/<op>.cpp and bindings/helpers_module.cpp."""
+from __future__ import annotations
+
+from typing import Any
+
+from codegen import expr as E
+from codegen.api import cpp
+from codegen.file_manager import FileManager
+from codegen.model import Check, OpEntry, Registry
+
+_TAGS = {"pt2_compliant_tag": "at::Tag::pt2_compliant_tag",
+         "nondeterministic_seeded": "at::Tag::nondeterministic_seeded",
+         "needs_fixed_stride_order": "at::Tag::needs_fixed_stride_order"}
+
+
+def env_of(op: OpEntry) -> dict[str, str]:
+    """Kinds of every name an op's rules may use: arguments, then lets."""
+    env = {a.name: E.kind_of_type(a.type) for a in op.func.arguments.flat_all}
+    for rule in op.rules:
+        if not isinstance(rule, Check):
+            env[rule.name] = rule.expr.kind
+    return env
+
+
+def _rules(op: OpEntry) -> list[dict[str, Any]]:
+    env = env_of(op)
+    render = cpp.ExprRenderer(env)
+    out: list[dict[str, Any]] = []
+    for rule in op.rules:
+        if isinstance(rule, Check):
+            guards = (["op_plugin::strict_mode()"] if rule.strict else []) + (
+                [render(rule.when)] if rule.when is not None else [])
+            out.append({"let": False, "guard": " && ".join(guards), "expr": render(rule.expr),
+                        "message": render.message(op.name, rule.message)})
+        else:
+            out.append({"let": True, "name": rule.name, "type": cpp.let_type(rule.expr.kind),
+                        "expr": render(rule.expr)})
+    return out
+
+
+def _kernel_arg(p: cpp.KernelParam) -> str:
+    if p.is_output:
+        return f"&{p.name}_desc"
+    if p.kind == E.TENSOR:
+        return f"&{p.name}_desc"
+    if p.kind == E.TENSOR + E.OPTIONAL:
+        return f"{p.name}.has_value() ? &{p.name}_desc : nullptr"
+    if p.kind in (E.STR, E.STR + E.OPTIONAL):
+        return f"{p.name}_str.get()"
+    if p.kind in (E.INT_LIST, E.INT_LIST + E.OPTIONAL):
+        return f"{p.name}_array.get()"
+    if p.kind in (E.INT + E.OPTIONAL, E.FLOAT + E.OPTIONAL):
+        return f"{p.name}.has_value() ? &*{p.name} : nullptr"
+    return p.name
+
+
+_PYBIND_TYPES = {E.TENSOR: "const at::Tensor&", E.TENSOR + E.OPTIONAL: "const std::optional<at::Tensor>&",
+                 E.INT: "int64_t", E.INT + E.OPTIONAL: "std::optional<int64_t>", E.FLOAT: "double",
+                 E.FLOAT + E.OPTIONAL: "std::optional<double>", E.BOOL: "bool", E.STR: "const std::string&",
+                 E.STR + E.OPTIONAL: "const std::optional<std::string>&",
+                 E.INT_LIST: "const std::vector<int64_t>&",
+                 E.INT_LIST + E.OPTIONAL: "const std::optional<std::vector<int64_t>>&"}
+
+
+def _pybind_default(a: Any) -> str:
+    d = a.default
+    if d is None:
+        return ""
+    if d == "None":
+        return "pybind11::none()"
+    if d in ("True", "False"):
+        return d.lower()
+    if d.startswith('"'):
+        return f"std::string({d})"
+    return d
+
+
+def _pybind_forward(b: cpp.BindingArg) -> str:
+    """Converts a pybind-friendly value to the dispatcher type the binding takes."""
+    if b.kind == E.STR:
+        return f"c10::string_view({b.name})"
+    if b.kind == E.STR + E.OPTIONAL:
+        return f"{b.name} ? std::optional<c10::string_view>(*{b.name}) : std::nullopt"
+    if b.kind == E.INT_LIST + E.OPTIONAL:
+        return f"{b.name} ? at::OptionalIntArrayRef(*{b.name}) : at::OptionalIntArrayRef()"
+    return b.name
+
+
+def _binding_context(op: OpEntry) -> dict[str, Any]:
+    func = op.registered_func
+    args = cpp.binding_args(func)
+    params = cpp.kernel_params(func, [o.name for o in op.outputs])
+    render = cpp.ExprRenderer(env_of(op))
+    outputs = [{"name": o.name, "shape": render(o.shape), "dtype": render(o.dtype)} for o in op.outputs]
+    by_name = {a.name: a for a in func.arguments.flat_all}
+    return {
+        "op": op,
+        "rules": _rules(op),
+        "outputs": outputs,
+        "params": params,
+        "kernel_args": ", ".join(_kernel_arg(p) for p in params),
+        "binding_params": ", ".join(f"{b.cpp_type} {b.name}" for b in args),
+        "binding_names": ", ".join(b.name for b in args),
+        "returns_type": cpp.binding_returns(func),
+        "pybind_params": ", ".join(f"{_PYBIND_TYPES[b.kind]} {b.name}" for b in args),
+        "pybind_forward": ", ".join(_pybind_forward(b) for b in args),
+        "pybind_args": [{"name": b.name, "default": _pybind_default(by_name[b.name])} for b in args],
+    }
+
+
+def emit(registry: Registry, fm: FileManager) -> None:
+    defs = [{"loc": op.loc, "schema_literal": cpp.cpp_string(str(op.registered_func)),
+             "tags": [_TAGS[t] for t in op.tags]} for op in registry.ops]
+    fm.write("bindings/register_schema.cpp", "register_schema.cpp.j2", registry.source, ops=defs)
+    contexts = [_binding_context(op) for op in registry.ops]
+    for ctx in contexts:
+        fm.write(f"bindings/{ctx['op'].name}.cpp", "op_binding.cpp.j2", ctx["op"].source, **ctx)
+    helpers = [{"name": c["op"].name, "binding_params": c["binding_params"], "pybind_params": c["pybind_params"],
+                "pybind_forward": c["pybind_forward"], "pybind_args": c["pybind_args"]} for c in contexts]
+    fm.write("bindings/helpers_module.cpp", "helpers_module.cpp.j2", registry.source, ops=helpers)

@@ -1,0 +1,42 @@
+"""python/ops.py and ops.pyi: typed wrappers whose docstrings come from the registry."""
+from __future__ import annotations
+
+from typing import Any
+
+from codegen.api import python as py
+from codegen.file_manager import FileManager
+from codegen.model import Check, OpEntry, Registry
+
+
+def _docstring(op: OpEntry) -> str:
+    lines = [op.doc or op.name, "", "Schema::", "", f"    {op.func}"]
+    checks = [r for r in op.rules if isinstance(r, Check)]
+    if checks:
+        lines += ["", "Restrictions (checked in eager and fake mode)::", ""]
+        for c in checks:
+            prefix = "[strict] " if c.strict else ""
+            when = f"  (when {c.when})" if c.when is not None else ""
+            lines.append(f"    {prefix}{c.expr}{when}")
+    lines += ["", f"Registry: {op.loc}"]
+    return "\n".join(lines).replace('"""', "'''")
+
+
+def _op_context(op: OpEntry) -> dict[str, Any]:
+    names = [r.name or f"result{i}" for i, r in enumerate(op.func.returns)]
+    returned = list(op.python_returns)
+    annotation = "Tensor" if len(returned) == 1 else f"tuple[{', '.join(['Tensor'] * len(returned))}]"
+    return {
+        "name": op.name,
+        "params": py.wrapper_params(op.func),
+        "call_args": [a.name for a in op.registered_func.arguments.flat_all],
+        "result_names": names,
+        "returned": ", ".join(returned) if len(returned) > 1 else returned[0],
+        "return_annotation": annotation,
+        "docstring": _docstring(op),
+    }
+
+
+def emit(registry: Registry, fm: FileManager) -> None:
+    ops = [_op_context(op) for op in registry.ops]
+    fm.write("python/ops.py", "ops.py.j2", registry.source, ops=ops)
+    fm.write("python/ops.pyi", "ops.pyi.j2", registry.source, ops=ops)

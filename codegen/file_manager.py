@@ -1,0 +1,83 @@
+"""The one writer of generated files: write-if-changed, duplicate paths rejected, a manifest."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import jinja2
+
+TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
+
+
+def jinja_environment(templates_dir: str = TEMPLATES_DIR) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates_dir),
+        undefined=jinja2.StrictUndefined,  # a missing variable is a bug, not an empty string
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def generated_header(template: str, source: str, comment: str = "//") -> str:
+    marker = "@" + "generated"  # spelled apart so this file is not itself marked generated
+    return (f"{comment} {marker} by codegen from templates/{template}; do not edit.\n"
+            f"{comment} source: {source}")
+
+
+@dataclass
+class FileManager:
+    out_dir: str
+    check_only: bool = False  # --check: compare, write nothing
+    env: jinja2.Environment = field(default_factory=jinja_environment)
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+
+    def write(self, relpath: str, template: str, source: str, **context: object) -> None:
+        """Renders ``template`` into ``relpath``. ``source`` names what the file derives from and its
+        hash: the whole registry, or one entry for per-op files (so editing one entry rewrites
+        only that op's files)."""
+        assert relpath not in self.written + self.unchanged + self.stale, f"duplicate file write {relpath}"
+        comment = "#" if relpath.endswith((".py", ".pyi")) else "//"
+        text = self.env.get_template(template).render(header=generated_header(template, source, comment), **context)
+        path = os.path.join(self.out_dir, relpath)
+        try:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text:
+                    self.unchanged.append(relpath)
+                    return
+        except FileNotFoundError:
+            pass
+        if self.check_only:
+            self.stale.append(relpath)
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        self.written.append(relpath)
+
+    def files(self) -> list[str]:
+        return sorted(self.written + self.unchanged + self.stale)
+
+    def write_manifest(self) -> None:
+        """manifest.txt lists every generated file; the build reads it, and stale extras are removed."""
+        manifest = os.path.join(self.out_dir, "manifest.txt")
+        text = "".join(f"{f}\n" for f in self.files())
+        if self.check_only:
+            return
+        try:
+            with open(manifest, encoding="utf-8") as f:
+                old = [line.strip() for line in f if line.strip()]
+        except FileNotFoundError:
+            old = []
+        for gone in set(old) - set(self.files()):
+            try:
+                os.remove(os.path.join(self.out_dir, gone))
+            except FileNotFoundError:
+                pass
+        with open(manifest, "w", encoding="utf-8") as f:
+            f.write(text)

@@ -1,0 +1,133 @@
+"""The registry's data model: frozen dataclasses, built only by ``parse.py``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from torchgen.model import Arguments, FunctionSchema
+
+from codegen.expr import Expr, Message
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A restriction: ``expr`` must hold, else ``message`` is raised (eager and fake alike).
+
+    ``strict`` restrictions are device limits, enforced only in strict device-compat mode.
+    ``when`` (optional) limits the check to calls where it holds.
+    """
+
+    expr: Expr
+    message: Message
+    strict: bool
+    when: Optional[Expr]
+    loc: Location
+
+
+@dataclass(frozen=True)
+class Let:
+    """A named value (``T = partial_block.size(0)``) usable by later rules and messages."""
+
+    name: str
+    expr: Expr
+    loc: Location
+
+
+Rule = Union[Check, Let]
+
+
+@dataclass(frozen=True)
+class OutputRule:
+    """How the binding allocates an output and what the fake returns for it."""
+
+    name: str
+    shape: Expr  # kind shape: a list literal or ``x.shape``
+    dtype: Expr  # kind dtype
+    loc: Location
+
+
+@dataclass(frozen=True)
+class BackwardInput:
+    """Where one backward argument comes from: a forward ``input``, ``output``, or ``grad`` of an output."""
+
+    source: str  # "input" | "output" | "grad"
+    name: str
+
+
+@dataclass(frozen=True)
+class AutogradPair:
+    backward: str
+    inputs: tuple[tuple[str, BackwardInput], ...]  # backward argument -> source, in backward order
+    grads: tuple[tuple[str, str], ...]  # forward input -> backward output giving its gradient
+    non_differentiable: tuple[str, ...]  # forward outputs with no gradient
+    loc: Location
+
+    def saved_tensors(self) -> tuple[BackwardInput, ...]:
+        return tuple(src for _, src in self.inputs if src.source != "grad")
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    func: FunctionSchema  # as documented (the user-facing call)
+    kernel: str  # the kernel's two stage functions: <kernel>GetWorkspaceSize and <kernel>
+    rules: tuple[Rule, ...]  # dtype rules first, then the registry's checks, in order
+    outputs: tuple[OutputRule, ...]
+    python_returns: tuple[str, ...]  # outputs the Python wrapper returns (all by default)
+    autograd: Optional[AutogradPair]
+    tags: tuple[str, ...]
+    doc: str
+    loc: Location
+    entry_hash: str  # sha256 of this entry's YAML text: per-op files change only with it
+
+    @property
+    def name(self) -> str:
+        return str(self.func.name)
+
+    @property
+    def source(self) -> str:
+        # No line number: editing another entry must not touch this op's files.
+        return f"{self.loc.file} entry {self.name} (sha256 {self.entry_hash})"
+
+    @property
+    def registered_func(self) -> FunctionSchema:
+        """The schema given to ``m.def``.
+
+        torch's ``register_autograd`` refuses keyword-only Tensor arguments (SPEC Decision 11),
+        so for ops with a backward every keyword-only argument is registered positional; the
+        Python wrapper keeps the documented keyword-only call.
+        """
+        a = self.func.arguments
+        if self.autograd is None or not any(x.type.is_tensor_like() for x in a.kwarg_only):
+            return self.func
+        positional = Arguments(
+            pre_self_positional=(), self_arg=None,
+            post_self_positional=tuple(a.flat_positional) + tuple(a.flat_kwarg_only),
+            pre_tensor_options_kwarg_only=(), tensor_options=None,
+            post_tensor_options_kwarg_only=(), out=())
+        return FunctionSchema(name=self.func.name, arguments=positional, returns=self.func.returns)
+
+
+@dataclass(frozen=True)
+class Registry:
+    path: str
+    ops: tuple[OpEntry, ...]
+    registry_hash: str
+
+    @property
+    def source(self) -> str:
+        return f"{self.path} (sha256 {self.registry_hash})"
+
+    def op(self, name: str) -> OpEntry:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise KeyError(name)

@@ -1,0 +1,412 @@
+"""Loads op_plugin_functions.yaml into the model, strictly, reporting every error at once."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import yaml
+from torchgen.model import BaseTy, BaseType, FunctionSchema
+
+from codegen import expr as E
+from codegen.model import (AutogradPair, BackwardInput, Check, Let, Location, OpEntry, OutputRule,
+                           Registry, Rule)
+from codegen.yaml_loader import LINE_KEY, DuplicateKeyError, load
+
+ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "tags", "doc"}
+CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let"}
+OUTPUT_KEYS = {"shape", "dtype", "like"}
+AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable"}
+PYTHON_KEYS = {"returns"}
+KNOWN_TAGS = {"pt2_compliant_tag", "nondeterministic_seeded", "needs_fixed_stride_order"}
+META_KEYS = {LINE_KEY, "__key_lines__"}
+
+
+class RegistryError(Exception):
+    """Every problem found in a registry, one ``file:LINE: op: message`` per line."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+class _Errors:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.items: list[tuple[int, str]] = []
+
+    def add(self, line: int, op: str, message: str) -> None:
+        prefix = f"{self.path}:{line}: " + (f"{op}: " if op else "")
+        self.items.append((line, prefix + message))
+
+    @contextmanager
+    def collect(self, line: int, op: str) -> Iterator[None]:
+        """Records an expression error at ``line`` and goes on with the next rule."""
+        try:
+            yield
+        except (E.ExprError, _Invalid) as e:
+            self.add(line, op, str(e))
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _line(d: dict[str, Any], key: Optional[str] = None) -> int:
+    if key is not None:
+        return int(d.get("__key_lines__", {}).get(key, d.get(LINE_KEY, 0)))
+    return int(d.get(LINE_KEY, 0))
+
+
+def _keys(d: dict[str, Any]) -> list[str]:
+    return [k for k in d if k not in META_KEYS]
+
+
+def load_registry(path: str, display_path: Optional[str] = None) -> Registry:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return parse_registry(text, display_path or path)
+
+
+def parse_registry(text: str, path: str) -> Registry:
+    errors = _Errors(path)
+    try:
+        data = load(text)
+    except DuplicateKeyError as e:
+        raise RegistryError([f"{path}:{e.line}: duplicate key {e.key!r}"]) from None
+    except yaml.YAMLError as e:
+        raise RegistryError([f"{path}: invalid YAML: {e}"]) from None
+    if data is None:
+        data = []
+    if not isinstance(data, list):
+        raise RegistryError([f"{path}:1: the registry must be a list of op entries"])
+
+    lines = text.splitlines(keepends=True)
+    starts = [_line(e) for e in data if isinstance(e, dict)] + [len(lines) + 1]
+    ops: list[OpEntry] = []
+    for index, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            errors.add(0, "", f"entry {index} is not a mapping")
+            continue
+        start = _line(entry)
+        entry_text = "".join(lines[start - 1: starts[index + 1] - 1])
+        op = _parse_entry(entry, entry_text, path, errors)
+        if op is not None:
+            ops.append(op)
+    _check_across_entries(ops, errors)
+    if errors.items:
+        raise RegistryError([m for _, m in sorted(errors.items, key=lambda x: x[0])])
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return Registry(path=path, ops=tuple(ops), registry_hash=digest)
+
+
+def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors) -> Optional[OpEntry]:
+    line = _line(e)
+    func_text = e.get("func")
+    if not isinstance(func_text, str):
+        errors.add(line, "", "every entry needs a 'func:' schema string")
+        return None
+    try:
+        func = FunctionSchema.parse(func_text)
+    except Exception as ex:  # torchgen raises AssertionError/RuntimeError with its reason
+        errors.add(_line(e, "func"), "", f"cannot parse schema {func_text!r}: {ex}")
+        return None
+    name = str(func.name)
+    for k in _keys(e):
+        if k not in ENTRY_KEYS:
+            errors.add(_line(e, k), name, f"unknown key {k!r}; known keys: {', '.join(sorted(ENTRY_KEYS))}")
+
+    kernel = e.get("kernel")
+    if not isinstance(kernel, str) or not kernel.isidentifier():
+        errors.add(_line(e, "kernel") if "kernel" in e else line, name,
+                   "'kernel:' must name the kernel (a C++ identifier, e.g. FlashAttnGrad)")
+        kernel = ""
+
+    env: dict[str, str] = {}
+    for a in func.arguments.flat_all:
+        with errors.collect(line, name):
+            env[a.name] = E.kind_of_type(a.type)
+    for r in func.returns:
+        if not (isinstance(r.type, BaseType) and r.type.name == BaseTy.Tensor):
+            errors.add(_line(e, "func"), name, f"return type {r.type} is not supported yet (Tensor only)")
+
+    rules: list[Rule] = []
+    rules += _parse_dtypes(e, name, env, path, errors)
+    rules += _parse_checks(e, name, env, path, errors)
+    outputs = _parse_outputs(e, func, name, env, path, errors)
+    python_returns = _parse_python(e, func, name, errors)
+    autograd = _parse_autograd(e, func, name, path, errors)
+    tags = e.get("tags", [])
+    if not isinstance(tags, list) or any(t not in KNOWN_TAGS for t in tags):
+        errors.add(_line(e, "tags"), name, f"'tags:' must be a list of {sorted(KNOWN_TAGS)}")
+        tags = []
+    doc = e.get("doc", "")
+    if not isinstance(doc, str):
+        errors.add(_line(e, "doc"), name, "'doc:' must be text")
+        doc = ""
+    return OpEntry(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs),
+                   python_returns=python_returns, autograd=autograd, tags=tuple(tags),
+                   doc=doc.strip(), loc=Location(path, line),
+                   entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16])
+
+
+def _parse_dtypes(e: dict[str, Any], op: str, env: dict[str, str], path: str, errors: _Errors) -> list[Rule]:
+    spec = e.get("dtypes", {})
+    line = _line(e, "dtypes")
+    if not isinstance(spec, dict):
+        errors.add(line, op, "'dtypes:' must map tensor arguments to lists of dtypes")
+        return []
+    rules: list[Rule] = []
+    for arg in _keys(spec):
+        allowed = spec[arg]
+        arg_line = _line(spec, arg)
+        if E.base(env.get(arg, "")) != E.TENSOR:
+            errors.add(arg_line, op, f"dtypes: {arg!r} is not a tensor argument")
+            continue
+        if not isinstance(allowed, list) or not allowed or any(d not in E.DTYPES for d in allowed):
+            errors.add(arg_line, op, f"dtypes: {arg} must list dtypes from {', '.join(E.DTYPES)}")
+            continue
+        optional = env[arg].endswith(E.OPTIONAL)
+        cond = f"{arg}.dtype in ({', '.join(allowed)},)"
+        text = f"{arg} must have dtype {', '.join(allowed)}, but got {{{arg}.dtype}}"
+        with errors.collect(arg_line, op):
+            rules.append(Check(E.parse_expr(cond, env), E.parse_message(text, env), strict=False,
+                               when=E.parse_expr(f"{arg} is not None", env) if optional else None,
+                               loc=Location(path, arg_line)))
+    return rules
+
+
+def _literal(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, errors: _Errors) -> list[Rule]:
+    items = e.get("checks", [])
+    if not isinstance(items, list):
+        errors.add(_line(e, "checks"), op, "'checks:' must be a list")
+        return []
+    rules: list[Rule] = []
+    for item in items:
+        if not isinstance(item, dict):
+            errors.add(_line(e, "checks"), op, f"a check must be a mapping, got {item!r}")
+            continue
+        line = _line(item)
+        loc = Location(path, line)
+        for k in _keys(item):
+            if k not in CHECK_KEYS:
+                errors.add(_line(item, k), op, f"unknown check key {k!r}; known: {', '.join(sorted(CHECK_KEYS))}")
+        with errors.collect(line, op):
+            if "let" in item:
+                lets = item["let"]
+                if not isinstance(lets, dict) or len(_keys(item)) != 1:
+                    raise _Invalid("'let:' must be a mapping of names to expressions, alone in its item")
+                for let_name in _keys(lets):
+                    if let_name in env or not let_name.isidentifier():
+                        raise _Invalid(f"let {let_name!r} clashes with an argument or is not a name")
+                    let_expr = E.parse_expr(str(lets[let_name]), env)
+                    env[let_name] = let_expr.kind
+                    rules.append(Let(let_name, let_expr, loc))
+                continue
+            rules.append(_parse_one_check(item, env, loc))
+    return rules
+
+
+def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location) -> Check:
+    sugar = [k for k in ("values", "range", "equals") if k in item]
+    if "expr" in item:
+        if sugar or "arg" in item:
+            raise _Invalid("a check has either 'expr:' or 'arg:' with one of values/range/equals")
+        cond = str(item["expr"])
+        if "error" not in item:
+            raise _Invalid("an 'expr:' check needs an 'error:' text")
+        default_text = ""
+    elif "arg" in item and len(sugar) == 1:
+        arg = str(item["arg"])
+        if arg not in env:
+            raise _Invalid(f"check names unknown argument {arg!r}")
+        kind = sugar[0]
+        value = item[kind]
+        if kind == "values":
+            if not isinstance(value, list) or not value:
+                raise _Invalid("'values:' must be a non-empty list")
+            subject = f"upper({arg})" if E.base(env[arg]) == E.STR else arg
+            cond = f"{subject} in ({', '.join(_literal(v) for v in value)},)"
+            default_text = f"{arg} must be one of {', '.join(str(v) for v in value)}, but got {{{arg}}}"
+        elif kind == "range":
+            if not isinstance(value, list) or len(value) != 2:
+                raise _Invalid("'range:' must be [low, high] (null for unbounded)")
+            low, high = value
+            parts = ([f"{arg} >= {low}"] if low is not None else []) + ([f"{arg} <= {high}"] if high is not None else [])
+            cond = " and ".join(parts) or "True"
+            default_text = f"{arg} must be in [{'-inf' if low is None else low}, {'inf' if high is None else high}], but got {{{arg}}}"
+        else:
+            cond = f"{arg} == {value}"
+            default_text = f"{arg} must equal {value} ({{{value}}}), but got {{{arg}}}"
+    else:
+        raise _Invalid("a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals")
+    check_expr = E.parse_expr(cond, env)
+    if check_expr.kind != E.BOOL:
+        raise _Invalid(f"check {cond!r} must be a condition, not a {check_expr.kind}")
+    when = E.parse_expr(str(item["when"]), env) if "when" in item else None
+    if when is not None and when.kind != E.BOOL:
+        raise _Invalid("'when:' must be a condition")
+    strict = item.get("strict", False)
+    if not isinstance(strict, bool):
+        raise _Invalid("'strict:' must be true or false")
+    return Check(check_expr, E.parse_message(str(item.get("error", default_text)), env), strict, when, loc)
+
+
+def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[str, str], path: str,
+                   errors: _Errors) -> list[OutputRule]:
+    spec = e.get("outputs", {})
+    line = _line(e, "outputs")
+    if not isinstance(spec, dict):
+        errors.add(line, op, "'outputs:' must map each returned tensor to its shape and dtype")
+        return []
+    names = [r.name or f"result{i}" for i, r in enumerate(func.returns)]
+    rules: list[OutputRule] = []
+    for out in _keys(spec):
+        if out not in names:
+            errors.add(_line(spec, out), op, f"outputs: {out!r} is not a return of the schema ({', '.join(names)})")
+    for out in names:
+        if out not in spec:
+            errors.add(line, op, f"outputs: no shape rule for return {out!r}")
+            continue
+        rule = spec[out]
+        out_line = _line(spec, out)
+        with errors.collect(out_line, op):
+            if not isinstance(rule, dict) or any(k not in OUTPUT_KEYS for k in _keys(rule)):
+                raise _Invalid(f"outputs: {out} takes 'like: ARG' or 'shape:' and 'dtype:'")
+            if "like" in rule:
+                like = str(rule["like"])
+                shape = E.parse_expr(rule.get("shape", f"{like}.shape"), env)
+                dtype = E.parse_expr(rule.get("dtype", f"{like}.dtype"), env)
+            else:
+                if "shape" not in rule or "dtype" not in rule:
+                    raise _Invalid(f"outputs: {out} needs both 'shape:' and 'dtype:' (or 'like:')")
+                dtype_text = str(rule["dtype"])
+                if dtype_text in env and E.base(env[dtype_text]) == E.TENSOR:
+                    dtype_text += ".dtype"  # `dtype: q` means q's dtype
+                shape = E.parse_expr(str(rule["shape"]), env)
+                dtype = E.parse_expr(dtype_text, env)
+            if shape.kind != E.SHAPE or dtype.kind != E.DTYPE:
+                raise _Invalid(f"outputs: {out} shape must be a list or x.shape and dtype a dtype")
+            rules.append(OutputRule(out, shape, dtype, Location(path, out_line)))
+    return rules
+
+
+def _parse_python(e: dict[str, Any], func: FunctionSchema, op: str, errors: _Errors) -> tuple[str, ...]:
+    names = tuple(r.name or f"result{i}" for i, r in enumerate(func.returns))
+    spec = e.get("python", {})
+    if not isinstance(spec, dict) or any(k not in PYTHON_KEYS for k in _keys(spec)):
+        errors.add(_line(e, "python"), op, "'python:' takes only 'returns: [outputs the wrapper returns]'")
+        return names
+    returns = spec.get("returns", list(names))
+    if not isinstance(returns, list) or not returns or any(r not in names for r in returns):
+        errors.add(_line(spec, "returns"), op, f"python.returns must list some of {', '.join(names)}")
+        return names
+    return tuple(returns)
+
+
+def _parse_autograd(e: dict[str, Any], func: FunctionSchema, op: str, path: str,
+                    errors: _Errors) -> Optional[AutogradPair]:
+    spec = e.get("autograd")
+    if spec is None:
+        return None
+    line = _line(e, "autograd")
+    if not isinstance(spec, dict):
+        errors.add(line, op, "'autograd:' must be a mapping")
+        return None
+    for k in _keys(spec):
+        if k not in AUTOGRAD_KEYS:
+            errors.add(_line(spec, k), op, f"unknown autograd key {k!r}; known: {', '.join(sorted(AUTOGRAD_KEYS))}")
+    backward = spec.get("backward")
+    if not isinstance(backward, str):
+        errors.add(line, op, "autograd needs 'backward: <op name>'")
+        return None
+    inputs_spec = spec.get("inputs", {}) or {}
+    grads_spec = spec.get("grads", {}) or {}
+    non_diff = spec.get("non_differentiable", []) or []
+    if not isinstance(inputs_spec, dict) or not isinstance(grads_spec, dict) or not isinstance(non_diff, list):
+        errors.add(line, op, "autograd: inputs and grads are mappings, non_differentiable a list")
+        return None
+    inputs = []
+    for bwd_arg in _keys(inputs_spec):
+        source = str(inputs_spec[bwd_arg]).strip()
+        if source.startswith("grad(") and source.endswith(")"):
+            inputs.append((bwd_arg, BackwardInput("grad", source[5:-1].strip())))
+        else:
+            inputs.append((bwd_arg, BackwardInput("?", source)))  # input or output: resolved later
+    grads = tuple((str(k), str(grads_spec[k])) for k in _keys(grads_spec))
+    return AutogradPair(backward=backward, inputs=tuple(inputs), grads=grads,
+                        non_differentiable=tuple(str(x) for x in non_diff), loc=Location(path, line))
+
+
+def _check_across_entries(ops: list[OpEntry], errors: _Errors) -> None:
+    """Names unique; autograd pairings name existing ops, arguments and outputs."""
+    by_name: dict[str, OpEntry] = {}
+    kernels: dict[str, OpEntry] = {}
+    for op in ops:
+        if op.name in by_name:
+            errors.add(op.loc.line, op.name, f"duplicate op (first defined at line {by_name[op.name].loc.line})")
+        by_name.setdefault(op.name, op)
+        if op.kernel and op.kernel in kernels:
+            errors.add(op.loc.line, op.name, f"kernel {op.kernel} is already used by {kernels[op.kernel].name}")
+        kernels.setdefault(op.kernel, op)
+    for i, op in enumerate(ops):
+        pair = op.autograd
+        if pair is None:
+            continue
+        line = pair.loc.line
+        bwd = by_name.get(pair.backward)
+        if bwd is None:
+            errors.add(line, op.name, f"autograd: backward op {pair.backward!r} is not in the registry")
+            continue
+        fwd_inputs = {a.name for a in op.func.arguments.flat_all}
+        fwd_outputs = [r.name or f"result{j}" for j, r in enumerate(op.func.returns)]
+        bwd_args = [a for a in bwd.func.arguments.flat_all]
+        bwd_outputs = [r.name or f"result{j}" for j, r in enumerate(bwd.func.returns)]
+        explicit = dict(pair.inputs)
+        resolved: list[tuple[str, BackwardInput]] = []
+        for name in explicit:
+            if name not in {a.name for a in bwd_args}:
+                errors.add(line, op.name, f"autograd.inputs: {name!r} is not an argument of {bwd.name}")
+        for a in bwd_args:
+            src = explicit.get(a.name)
+            if src is None:
+                if a.name in fwd_inputs:
+                    src = BackwardInput("input", a.name)
+                elif a.name in fwd_outputs:
+                    src = BackwardInput("output", a.name)
+                elif a.default is not None:
+                    continue  # the backward's default applies
+                else:
+                    errors.add(line, op.name, f"autograd: no source for {bwd.name} argument {a.name!r}; "
+                               "name it under autograd.inputs")
+                    continue
+            elif src.source == "grad":
+                if src.name not in fwd_outputs:
+                    errors.add(line, op.name, f"autograd.inputs: grad({src.name}) names no output of {op.name}")
+            elif src.name in fwd_inputs:
+                src = BackwardInput("input", src.name)
+            elif src.name in fwd_outputs:
+                src = BackwardInput("output", src.name)
+            else:
+                errors.add(line, op.name, f"autograd.inputs: {src.name!r} is neither an input nor an output of {op.name}")
+            resolved.append((a.name, src))
+        for fwd_in, bwd_out in pair.grads:
+            if fwd_in not in fwd_inputs:
+                errors.add(line, op.name, f"autograd.grads: {fwd_in!r} is not an input of {op.name}")
+            if bwd_out not in bwd_outputs:
+                errors.add(line, op.name, f"autograd.grads: {bwd_out!r} is not an output of {bwd.name}")
+        for out in pair.non_differentiable:
+            if out not in fwd_outputs:
+                errors.add(line, op.name, f"autograd.non_differentiable: {out!r} is not an output of {op.name}")
+        ops[i] = _replace_autograd(op, AutogradPair(pair.backward, tuple(resolved), pair.grads,
+                                                     pair.non_differentiable, pair.loc))
+
+
+def _replace_autograd(op: OpEntry, pair: AutogradPair) -> OpEntry:
+    from dataclasses import replace
+    return replace(op, autograd=pair)

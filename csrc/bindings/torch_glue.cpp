@@ -1,0 +1,118 @@
+#include "bindings/torch_glue.h"
+
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#ifndef OP_PLUGIN_BUILD_FLAGS
+#define OP_PLUGIN_BUILD_FLAGS "unknown"
+#endif
+
+namespace op_plugin {
+
+opDataType to_op_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return OP_DT_FLOAT;
+    case at::kHalf: return OP_DT_FLOAT16;
+    case at::kBFloat16: return OP_DT_BF16;
+    case at::kDouble: return OP_DT_DOUBLE;
+    case at::kChar: return OP_DT_INT8;
+    case at::kByte: return OP_DT_UINT8;
+    case at::kInt: return OP_DT_INT32;
+    case at::kLong: return OP_DT_INT64;
+    case at::kBool: return OP_DT_BOOL;
+    default: return OP_DT_UNDEFINED;
+  }
+}
+
+opTensor to_op_tensor(const at::Tensor& t) {
+  TORCH_CHECK(t.dim() <= OP_MAX_DIMS, "op_plugin kernels take at most ", OP_MAX_DIMS, " dimensions, got ", t.dim());
+  opTensor d{};
+  d.data = t.data_ptr();
+  d.dtype = to_op_dtype(t.scalar_type());
+  d.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    d.shape[i] = t.size(i);
+    d.strides[i] = t.stride(i);
+  }
+  return d;
+}
+
+void check_status(opStatus status, const char* op) {
+  if (status == OP_SUCCESS) return;
+  TORCH_CHECK(false, op, ": ", opGetLastErrorMessage(), " (", status_name(status), ")");
+}
+
+std::string upper(c10::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string fmt(double v) {
+  // Python's repr: the shortest text that round-trips, with ".0" on integral values.
+  char buf[64];
+  auto result = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, result.ptr);
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}
+
+const char* fmt(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kChar: return "int8";
+    case at::kByte: return "uint8";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kBool: return "bool";
+    default: return c10::toString(t);
+  }
+}
+
+std::string fmt(at::IntArrayRef shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+namespace {
+
+std::atomic<bool>& strict_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("OP_PLUGIN_STRICT");
+    return env != nullptr && std::string(env) == "1";
+  }()};
+  return flag;
+}
+
+int torch_max_threads() { return at::get_num_threads(); }
+int torch_thread_num() { return at::get_thread_num(); }
+void torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
+                        void (*body)(void*, int64_t, int64_t), void* ctx) {
+  at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { body(ctx, b, e); });
+}
+
+const opParallelBackend torch_backend{torch_max_threads, torch_thread_num, torch_parallel_for};
+
+}  // namespace
+
+bool strict_mode() { return strict_flag().load(); }
+void set_strict_mode(bool enabled) { strict_flag().store(enabled); }
+
+void install_torch_parallel_backend() { opSetParallelBackend(&torch_backend); }
+
+std::string kernel_library_version() { return OP_PLUGIN_KERNELS_VERSION; }
+std::string isa_level() { return isa_name(active_isa()); }
+std::string build_flags() { return OP_PLUGIN_BUILD_FLAGS; }
+
+}  // namespace op_plugin

@@ -1,0 +1,98 @@
+// The hand-written half of the op_api layer: what every generated binding uses to talk to the
+// kernel library (descriptors, status -> exception, argument conversion) and to render the
+// registry's error messages exactly as the Python fakes do.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/OptionalArrayRef.h>
+
+#include "op_plugin/op_api.h"
+
+namespace op_plugin {
+
+// ---- kernel API glue --------------------------------------------------------------------------
+
+opDataType to_op_dtype(at::ScalarType t);
+// A descriptor of `t`'s memory; the tensor must outlive every use of the descriptor.
+opTensor to_op_tensor(const at::Tensor& t);
+// Throws a RuntimeError "<op>: <kernel message> (<status name>)" unless status is OP_SUCCESS.
+void check_status(opStatus status, const char* op);
+
+struct ExecutorDeleter {
+  void operator()(opExecutor* e) const { opDestroyExecutor(e); }
+};
+using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
+
+// str / str? argument -> a NUL-terminated const char* (nullptr for None).
+class OptionalString {
+ public:
+  explicit OptionalString(c10::string_view s) : value_(std::string(s)) {}
+  explicit OptionalString(const std::optional<c10::string_view>& s) {
+    if (s) value_ = std::string(*s);
+  }
+  const char* get() const { return value_ ? value_->c_str() : nullptr; }
+
+ private:
+  std::optional<std::string> value_;
+};
+
+// int[] / int[]? argument -> const opIntArray* (nullptr for None).
+class OptionalIntArray {
+ public:
+  explicit OptionalIntArray(at::IntArrayRef a) : has_(true), array_{a.data(), static_cast<int64_t>(a.size())} {}
+  explicit OptionalIntArray(at::OptionalIntArrayRef a) : has_(a.has_value()) {
+    if (has_) array_ = {a->data(), static_cast<int64_t>(a->size())};
+  }
+  const opIntArray* get() const { return has_ ? &array_ : nullptr; }
+
+ private:
+  bool has_;
+  opIntArray array_{nullptr, 0};
+};
+
+// ---- functions of the registry's expression language (codegen/expr.py) ------------------------
+
+// Statistics (lse, max/sum, inv_norm, probs) are float32, float64 for float64 inputs.
+inline at::ScalarType stats_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+std::string upper(c10::string_view s);
+
+// Values in messages, printed as Python prints them (op_plugin/_runtime.py::_fmt).
+inline int64_t fmt(int64_t v) { return v; }
+inline int fmt(int v) { return v; }
+std::string fmt(double v);
+inline const char* fmt(bool v) { return v ? "True" : "False"; }
+inline std::string fmt(c10::string_view v) { return std::string(v); }
+inline const std::string& fmt(const std::string& v) { return v; }
+const char* fmt(at::ScalarType t);
+std::string fmt(at::IntArrayRef shape);
+template <class T>
+std::string fmt(const std::optional<T>& v) {
+  if (!v) return "None";
+  std::ostringstream s;
+  s << fmt(*v);
+  return s.str();
+}
+
+// ---- process-wide state -----------------------------------------------------------------------
+
+// Strict device-compat mode (SPEC Decision 3); starts from OP_PLUGIN_STRICT=1.
+bool strict_mode();
+void set_strict_mode(bool enabled);
+
+// Lets the kernels run on torch's intra-op pool, so torch.set_num_threads is obeyed.
+void install_torch_parallel_backend();
+
+std::string kernel_library_version();
+std::string isa_level();
+std::string build_flags();
+
+}  // namespace op_plugin

@@ -1,0 +1,55 @@
+"""op_plugin: CANN attention operators on the CPU, registered as torch.ops.op_plugin.*.
+
+Importing this package loads the kernels (op_plugin._C registers the ops), their fake
+functions, their autograd wiring and the typed wrappers, all generated from
+op_plugin_functions.yaml.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from op_plugin._build_info import TORCH_VERSION as _BUILT_FOR
+
+if torch.__version__ != _BUILT_FOR:
+    raise ImportError(
+        f"op_plugin was built against torch {_BUILT_FOR} but torch {torch.__version__} is installed; "
+        f"install torch=={_BUILT_FOR.split('+')[0]} or rebuild op_plugin")
+
+from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
+from op_plugin._generated import autograd as _autograd  # noqa: E402,F401
+from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
+from op_plugin._generated.ops import *  # noqa: E402,F401,F403
+from op_plugin._generated.ops import __all__ as _op_names  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def set_strict(enabled: bool) -> None:
+    """Enforce the device's limits (SPEC Decision 3) in eager and fake mode alike."""
+    _C.set_strict_mode(bool(enabled))
+
+
+@contextlib.contextmanager
+def strict(enabled: bool = True) -> Iterator[None]:
+    """``with op_plugin.strict(): ...`` enforces device limits inside the block."""
+    before = _C.strict_mode()
+    _C.set_strict_mode(bool(enabled))
+    try:
+        yield
+    finally:
+        _C.set_strict_mode(before)
+
+
+def workspace_size(op: str, *args: object, **kwargs: object) -> int:
+    """Bytes of workspace ``op(*args, **kwargs)`` would ask for (runs checks and stage 1 only)."""
+    return int(getattr(_C, f"{op}_workspace_size")(*args, **kwargs))
+
+
+def isa_level() -> str:
+    return str(_C.isa_level())
+
+
+__all__ = list(_op_names) + ["set_strict", "strict", "workspace_size", "isa_level"]

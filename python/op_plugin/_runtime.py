@@ -1,0 +1,33 @@
+"""What the generated Python (fakes, wrappers) shares with the C++ bindings' rules."""
+from __future__ import annotations
+
+import torch
+
+_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+                torch.float64: "float64", torch.int8: "int8", torch.uint8: "uint8", torch.int32: "int32",
+                torch.int64: "int64", torch.bool: "bool"}
+
+
+def _fmt(value: object) -> str:
+    """Values in error messages, printed like op_plugin::fmt in csrc/bindings/torch_glue.h."""
+    if isinstance(value, torch.dtype):
+        return _DTYPE_NAMES.get(value, str(value))
+    if isinstance(value, torch.Size):
+        return str(list(value))
+    return str(value)
+
+
+def _stats_dtype(t: torch.Tensor) -> torch.dtype:
+    """Statistics outputs are float32, float64 for float64 inputs (SPEC Decision 2)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _upper(s: str) -> str:
+    return s.upper()
+
+
+def strict_mode() -> bool:
+    """Whether device-compat limits are enforced; one flag, kept by the C++ extension."""
+    from op_plugin import _C
+
+    return bool(_C.strict_mode())

@@ -1,0 +1,68 @@
+"""Builds op_plugin: codegen -> kernel library (ninja, per-ISA flags) -> extension op_plugin._C.
+
+Build without isolation so the installed torch 2.13.0 is used (an isolated build environment
+would download another torch): pip install --no-build-isolation .
+"""
+import glob
+import importlib.util
+import os
+import shutil
+import sys
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+GENERATED = os.path.join("build", "generated")
+
+
+def _load_build_helpers():
+    # Loaded by path: importing the op_plugin package would try to load the extension we build.
+    spec = importlib.util.spec_from_file_location("op_plugin_build", os.path.join(ROOT, "python", "op_plugin", "build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _load_build_helpers()
+helpers.run_codegen("op_plugin_functions.yaml", GENERATED, ROOT)
+
+from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
+import torch  # noqa: E402
+
+include_dirs = [os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "include"), os.path.join(ROOT, GENERATED, "include")]
+kernels_lib = helpers.build_kernels(os.path.join(ROOT, "build", "kernels"), helpers.kernel_sources(os.path.join(ROOT, "csrc")), include_dirs)
+
+binding_sources = sorted(glob.glob(os.path.join(GENERATED, "bindings", "*.cpp"))) + sorted(glob.glob(os.path.join("csrc", "bindings", "*.cpp")))
+build_flags = f"torch {torch.__version__}; kernels {helpers.KERNEL_CFLAGS}; isa variants {sorted(helpers.ISA_FLAGS)}"
+
+
+class BuildPyWithGenerated(build_py):
+    """Copies the generated Python modules into op_plugin/_generated/ and records the torch version."""
+
+    def run(self):
+        super().run()
+        target = os.path.join(self.build_lib, "op_plugin", "_generated")
+        os.makedirs(target, exist_ok=True)
+        for path in glob.glob(os.path.join(GENERATED, "python", "*.py*")):
+            shutil.copy(path, target)
+        with open(os.path.join(target, "__init__.py"), "w") as f:
+            f.write("# Modules generated from op_plugin_functions.yaml at build time.\n")
+        with open(os.path.join(self.build_lib, "op_plugin", "_build_info.py"), "w") as f:
+            f.write(f'TORCH_VERSION = "{torch.__version__}"\nBUILD_FLAGS = {build_flags!r}\n')
+
+
+setup(
+    packages=["op_plugin"],
+    package_dir={"": "python"},
+    ext_modules=[
+        CppExtension(
+            "op_plugin._C",
+            binding_sources,
+            include_dirs=include_dirs,
+            extra_objects=[kernels_lib],
+            extra_compile_args=["-O2", "-std=c++17", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithGenerated},
+)
