@@ -42,7 +42,7 @@ namespace op_plugin {
 const char* dtype_name(opDataType dtype);
 size_t dtype_size(opDataType dtype);
 int64_t numel(const opTensor& t);
-// Dense row-major (C-contiguous); size-1 dimensions may have any stride.
+// Dense row-major (C-contiguous); size-1 dimensions may have any stride, empty tensors any.
 bool is_contiguous(const opTensor& t);
 
 }  // namespace op_plugin
