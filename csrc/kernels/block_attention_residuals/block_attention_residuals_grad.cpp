@@ -1,0 +1,250 @@
+// BlockAttentionResidualsGrad, SPEC section 4 (uses the saved probs and inv_norm, no recompute):
+//   sw[h] = norm_weight[h] * proj_weight[h]
+//   g[t,i] = sum_h gH[t,h] v[t,i,h] ;  gs[t,i] = probs[t,i] (g[t,i] - sum_j probs[t,j] g[t,j])
+//   ginv[t,i] = gs[t,i] * sum_h sw[h] v[t,i,h]
+//   gv[t,i,h] = gH[t,h] probs[t,i] + gs[t,i] inv[t,i] sw[h] - ginv[t,i] inv[t,i]^3 / H * v[t,i,h]
+//   gsw[h] = sum_{t,i} gs[t,i] inv[t,i] v[t,i,h]
+//   grad_norm_weight = gsw * proj_weight ;  grad_proj_weight = gsw * norm_weight
+//
+// Per token t, pass 1 (grad_dots) streams the N + 1 rows of v from memory once and computes both
+// dots g and sum_h sw v; the O(N) coefficients follow; pass 2 (grad_mix) re-reads the rows from
+// L2, writes gv once and adds sum_i b[i] v[i, h] to the chunk's gsw partial.
+//
+// Determinism: the plan splits T into fixed chunks (make_plan, independent of the thread count).
+// A chunk is run by one thread, in token order, into its own gsw partial in the workspace; the
+// partials are then summed in chunk order. So the result is bitwise the same for any thread count.
+//
+// Workspace: sw[H] ; gsw partials [num_chunks][padded H] ; per-chunk scratch
+// [num_chunks][padded 2 (N + 1)] for g/d and then the coefficients b/c. All in acc_t.
+#include <new>
+
+#include "bar_driver.h"
+#include "bar_plan.h"
+#include "bar_rows.h"
+#include "op_plugin/ops/block_attention_residuals_grad.h"
+
+namespace op_plugin {
+namespace bar {
+namespace {
+
+constexpr const char* kOp = "BlockAttentionResidualsGrad";
+
+struct BwdLayout {
+  uint64_t sw = 0;             // acc_t[H]
+  uint64_t gsw_parts = 0;      // acc_t[num_chunks][gsw_stride]
+  int64_t gsw_stride = 0;      // H rounded up to a cache line
+  uint64_t scratch = 0;        // acc_t[num_chunks][scratch_stride]
+  int64_t scratch_stride = 0;  // 2 (N + 1) rounded up to a cache line
+  uint64_t bytes = 0;
+};
+
+template <class A>
+BwdLayout make_layout(const Shape& s, const Plan& plan) {
+  WorkspaceLayout ws;
+  BwdLayout layout;
+  const uint64_t chunks = static_cast<uint64_t>(plan.num_chunks);
+  layout.gsw_stride = padded_row<A>(s.H);
+  layout.scratch_stride = padded_row<A>(2 * (s.N + 1));
+  layout.sw = ws.reserve(static_cast<uint64_t>(s.H) * sizeof(A));
+  layout.gsw_parts = ws.reserve(chunks * static_cast<uint64_t>(layout.gsw_stride) * sizeof(A));
+  layout.scratch = ws.reserve(chunks * static_cast<uint64_t>(layout.scratch_stride) * sizeof(A));
+  layout.bytes = ws.size();
+  return layout;
+}
+
+// One chunk of tokens [t_begin, t_end): gv for every token, and the chunk's gsw partial.
+template <class T>
+void grad_chunk(const BwdParams& p, const Plan& plan, const RowKernels<T>& kernels,
+                const acc_t<T>* sw, acc_t<T>* gsw, acc_t<T>* scratch, int64_t t_begin,
+                int64_t t_end) {
+  using A = acc_t<T>;
+  const int64_t N = p.shape.N, H = p.shape.H, R = N + 1;
+  const T* partial_block = static_cast<const T*>(p.partial_block);
+  const T* block_res = static_cast<const T*>(p.block_res);
+  const T* grad_hidden = static_cast<const T*>(p.grad_hidden_states);
+  const A* inv_norm = static_cast<const A*>(p.inv_norm);
+  const A* probs = static_cast<const A*>(p.probs);
+  T* grad_partial = static_cast<T*>(p.grad_partial_block);
+  T* grad_blocks = static_cast<T*>(p.grad_block_res);
+
+  for (int64_t h = 0; h < H; ++h) gsw[h] = A(0);
+  A* g = scratch;      // g[i], then b[i] = gs[i] * inv[i]
+  A* d = scratch + R;  // sum_h sw v[i], then c[i] = -gs[i] d[i] inv[i]^3 / H
+  const A h_count = static_cast<A>(H);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const RowSet<T> rows = token_rows(block_res, partial_block, t, N, H);
+    const T* gh = grad_hidden + t * H;
+    for (int64_t i = 0; i < R; ++i) kernels.grad_dots(rows.row(i), gh, sw, H, &g[i], &d[i]);
+
+    const A* pr = probs + t * R;
+    const A* inv = inv_norm + t * R;
+    A pg = 0;
+    for (int64_t j = 0; j < R; ++j) pg += pr[j] * g[j];
+    for (int64_t i = 0; i < R; ++i) {
+      const A gs = pr[i] * (g[i] - pg);
+      const A ginv = gs * d[i];
+      g[i] = gs * inv[i];
+      d[i] = -ginv * (inv[i] * inv[i] * inv[i]) / h_count;
+    }
+    kernels.grad_mix(GradMixArgs<T>{rows, gh, sw, pr, g, d, grad_blocks + t * N * H,
+                                    grad_partial + t * H, gsw, plan.stream_stores});
+  }
+}
+
+template <class T>
+void backward(const BwdParams& p, const Plan& plan, const BwdLayout& layout, void* workspace) {
+  using A = acc_t<T>;
+  const int64_t T_count = p.shape.T, H = p.shape.H;
+  if (H == 0) return;  // every output is empty
+  const T* proj_weight = static_cast<const T*>(p.proj_weight);
+  const T* norm_weight = static_cast<const T*>(p.norm_weight);
+  A* sw = workspace_at<A>(workspace, layout.sw);
+  A* gsw_parts = workspace_at<A>(workspace, layout.gsw_parts);
+  A* scratch = workspace_at<A>(workspace, layout.scratch);
+  fill_sw(norm_weight, proj_weight, H, sw);
+
+  const RowKernels<T>& kernels = row_kernels<T>(plan.isa);
+  parallel_for(0, plan.num_chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t t_begin = c * plan.rows_per_chunk;
+      const int64_t t_end = t_begin + plan.rows_per_chunk < T_count
+                                ? t_begin + plan.rows_per_chunk
+                                : T_count;
+      grad_chunk<T>(p, plan, kernels, sw, gsw_parts + c * layout.gsw_stride,
+                    scratch + c * layout.scratch_stride, t_begin, t_end);
+    }
+  });
+
+  // gsw = sum of the partials in chunk order (accumulated into partial 0), then the weight grads.
+  T* grad_norm = static_cast<T*>(p.grad_norm_weight);
+  T* grad_proj = static_cast<T*>(p.grad_proj_weight);
+  parallel_for(0, H, kReduceGrain, [&](int64_t h_begin, int64_t h_end) {
+    A* total = gsw_parts;
+    for (int64_t c = 1; c < plan.num_chunks; ++c) {
+      const A* part = gsw_parts + c * layout.gsw_stride;
+      for (int64_t h = h_begin; h < h_end; ++h) total[h] += part[h];
+    }
+    for (int64_t h = h_begin; h < h_end; ++h) {
+      const A gsw = plan.num_chunks > 0 ? total[h] : A(0);  // T = 0: zero grads
+      grad_norm[h] = from_double<T>(gsw * static_cast<A>(to_float(proj_weight[h])));
+      grad_proj[h] = from_double<T>(gsw * static_cast<A>(to_float(norm_weight[h])));
+    }
+  });
+}
+
+constexpr int kTensorCount = 11;
+
+class BwdExecutor final : public opExecutor {
+ public:
+  BwdExecutor(const opTensor* const (&tensors)[kTensorCount], const BwdParams& params,
+              const Plan& plan, const BwdLayout& layout)
+      : params_(params), plan_(plan), layout_(layout) {
+    for (int k = 0; k < kTensorCount; ++k) tensors_[k] = *tensors[k];
+  }
+  const char* op_name() const override { return kOp; }
+  uint64_t workspace_size() const override { return layout_.bytes; }
+  opStatus execute(void* workspace) override {
+    dispatch_floating(params_.dtype, [&](auto tag) {
+      backward<decltype(tag)>(params_, plan_, layout_, workspace);
+    });
+    return OP_SUCCESS;
+  }
+
+ private:
+  // partial_block, block_res, proj_weight, norm_weight, grad_hidden_states, inv_norm, probs,
+  // grad_partial_block, grad_block_res, grad_proj_weight, grad_norm_weight, as given to stage 1.
+  opTensor tensors_[kTensorCount];
+  BwdParams params_;
+  Plan plan_;
+  BwdLayout layout_;
+};
+
+}  // namespace
+}  // namespace bar
+}  // namespace op_plugin
+
+opStatus BlockAttentionResidualsGradGetWorkspaceSize(
+    const opTensor* partial_block, const opTensor* block_res, const opTensor* proj_weight,
+    const opTensor* norm_weight, const opTensor* grad_hidden_states, const opTensor* inv_norm,
+    const opTensor* probs, int64_t valid_block_num, opTensor* grad_partial_block,
+    opTensor* grad_block_res, opTensor* grad_proj_weight, opTensor* grad_norm_weight,
+    uint64_t* workspace_size, opExecutor** executor) {
+  using namespace op_plugin;
+  using namespace op_plugin::bar;
+  (void)valid_block_num;  // accepted and ignored (SPEC Decision 9); the binding validated it
+  if (workspace_size == nullptr)
+    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": workspace_size must not be a null pointer");
+  if (executor == nullptr)
+    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": executor must not be a null pointer");
+  *workspace_size = 0;
+  *executor = nullptr;
+
+  Shape s;
+  opStatus status = check_inputs(kOp, partial_block, block_res, proj_weight, norm_weight, &s);
+  if (status != OP_SUCCESS) return status;
+  const opDataType dtype = partial_block->dtype;
+  const int64_t th[2] = {s.T, s.H};
+  const int64_t tnh[3] = {s.T, s.N, s.H};
+  const int64_t stats[2] = {s.T, s.N + 1};
+  const int64_t one_h[2] = {1, s.H};
+  const bool proj_2d = proj_weight->ndim == 2;
+  struct Check {
+    const char* name;
+    const opTensor* t;
+    opDataType dtype;
+    const int64_t* dims;
+    int ndim;
+    const char* dims_text;
+  };
+  const Check checks[] = {
+      {"grad_hidden_states", grad_hidden_states, dtype, th, 2, "[T, H]"},
+      {"inv_norm", inv_norm, stats_dtype(dtype), stats, 2, "[T, N + 1]"},
+      {"probs", probs, stats_dtype(dtype), stats, 2, "[T, N + 1]"},
+      {"grad_partial_block", grad_partial_block, dtype, th, 2, "[T, H]"},
+      {"grad_block_res", grad_block_res, dtype, tnh, 3, "[T, N, H]"},
+      {"grad_proj_weight", grad_proj_weight, dtype, proj_2d ? one_h : one_h + 1, proj_2d ? 2 : 1,
+       proj_2d ? "[1, H] (like proj_weight)" : "[H] (like proj_weight)"},
+      {"grad_norm_weight", grad_norm_weight, dtype, one_h + 1, 1, "[H]"},
+  };
+  for (const Check& c : checks) {
+    status = check_tensor(kOp, c.name, c.t, c.dtype, c.dims, c.ndim, c.dims_text);
+    if (status != OP_SUCCESS) return status;
+  }
+
+  BwdParams params;
+  params.shape = s;
+  params.dtype = dtype;
+  params.partial_block = partial_block->data;
+  params.block_res = block_res->data;
+  params.proj_weight = proj_weight->data;
+  params.norm_weight = norm_weight->data;
+  params.grad_hidden_states = grad_hidden_states->data;
+  params.inv_norm = inv_norm->data;
+  params.probs = probs->data;
+  params.grad_partial_block = grad_partial_block->data;
+  params.grad_block_res = grad_block_res->data;
+  params.grad_proj_weight = grad_proj_weight->data;
+  params.grad_norm_weight = grad_norm_weight->data;
+
+  const uint64_t out_bytes =
+      static_cast<uint64_t>(s.T * (s.N + 1) * s.H) * dtype_size(dtype);
+  const Plan plan = make_plan(s, out_bytes, active_isa());
+  const BwdLayout layout =
+      dtype == OP_DT_DOUBLE ? make_layout<double>(s, plan) : make_layout<float>(s, plan);
+
+  const opTensor* const tensors[kTensorCount] = {
+      partial_block, block_res,          proj_weight,    norm_weight,      grad_hidden_states, inv_norm,
+      probs,         grad_partial_block, grad_block_res, grad_proj_weight, grad_norm_weight};
+  BwdExecutor* created = new (std::nothrow) BwdExecutor(tensors, params, plan, layout);
+  if (created == nullptr)
+    return fail(OP_ERR_RUNTIME_ERROR, kOp, ": cannot allocate the executor");
+  *workspace_size = layout.bytes;
+  *executor = created;
+  return OP_SUCCESS;
+}
+
+opStatus BlockAttentionResidualsGrad(void* workspace, uint64_t workspace_size, opExecutor* executor,
+                                     opStream stream) {
+  (void)stream;  // CPU: runs on the caller's parallel backend
+  return op_plugin::run_executor(workspace, workspace_size, executor);
+}
