@@ -1,0 +1,77 @@
+"""Timing, machine peaks and peak-memory measurement shared by the benchmarks.
+
+The machine is shared and noisy: every figure is a median, and every speed is reported as a
+ratio against the PyTorch baseline measured in the same run.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def median_seconds(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def memcpy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
+    """Copy bandwidth (bytes read + bytes written per second) of a large tensor copy."""
+    src = torch.ones(nbytes // 4)
+    dst = torch.empty_like(src)
+    seconds = median_seconds(lambda: dst.copy_(src), repeat=5)
+    return 2 * nbytes / seconds / 1e9
+
+
+def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048) -> float:
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    seconds = median_seconds(lambda: a @ b, repeat=5)
+    return 2 * n ** 3 / seconds / 1e9
+
+
+def peak_extra_memory_mb(module: str, function: str, *args: object) -> float:
+    """Runs ``module.function(*args)`` in a fresh process and returns its peak RSS growth (MB).
+
+    The function sets up its inputs, calls ``mark()`` (which records the RSS at that point) and
+    then runs the workload; the growth of the peak RSS beyond the mark is the extra memory.
+    """
+    code = (f"import json, resource, sys; sys.path.insert(0, {sys.path[0]!r}); import {module} as m; "
+            f"print(json.dumps(m.{function}(*{list(args)!r})))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1]))
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def rss_mb() -> float:
+    """The current resident set size (MB)."""
+    return _status_mb("VmRSS")
+
+
+def reset_peak_rss() -> None:
+    """Restarts the peak-RSS count (VmHWM) at the current RSS (Linux: clear_refs 5)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_rss_mb() -> float:
+    """The peak resident set size (MB) since the last reset_peak_rss()."""
+    return _status_mb("VmHWM")

@@ -1,0 +1,38 @@
+"""python benchmarks/run.py [--quick] [family ...]: prints the ratio table of every benchmark.
+
+Each row: the median time of the op_plugin op and of the PyTorch baseline measured in the same
+run, their ratio, the throughput against the machine's measured peak, and peak extra memory.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+import torch
+
+FAMILIES = ["block_attention_residuals"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("families", nargs="*", default=FAMILIES)
+    parser.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import op_plugin
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ISA {op_plugin.isa_level()}")
+    header = f"{'workload':52} {'dtype':9} {'op_plugin':>10} {'PyTorch':>10} {'ratio':>7}  throughput; peak extra MB"
+    print(header)
+    for family in args.families:
+        module = importlib.import_module(f"bench_{family}")
+        for row in module.run(quick=args.quick):
+            print(f"{row['workload']:52} {row['dtype']:9} {row['op_plugin_s'] * 1e3:8.1f}ms {row['pytorch_s'] * 1e3:8.1f}ms "
+                  f"{row['speedup']:6.1f}x  {row['throughput']}; {row['peak_extra_mb']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

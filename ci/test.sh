@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# README command 2: the whole test suite against the installed wheel (run ci/build.sh first).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PYTHON:-python}
+
+# Torch-free kernel tests (C++), against the headers the build generated.
+$PY -m codegen --out build/generated >/dev/null
+bash tests/kernels/build_and_run.sh build/generated/include
+
+# Codegen, ops, packaging. Slow tests (marked) stay out of the default run.
+$PY -m pytest tests -q -m "not slow" "$@"

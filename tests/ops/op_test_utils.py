@@ -1,0 +1,70 @@
+"""Shared checks of the op tests: error budgets against PyTorch, fake-vs-eager, determinism."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+ALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def assert_within_budget(ours: torch.Tensor, torch_same_dtype: torch.Tensor, reference64: torch.Tensor,
+                         name: str = "output") -> None:
+    """op_plugin's error is at most 2x the error of the same-dtype PyTorch computation.
+
+    Both are measured against a float64 reference. A floor of four ulps of the dtype at the
+    output's scale keeps a near-exact PyTorch result from demanding more than exactness up to
+    summation order. float64 outputs have no higher-precision reference: they must agree with
+    it to 1e-10.
+    """
+    ref = reference64.double()
+    if ours.dtype == torch.float64:  # no higher-precision reference: agree to summation order
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name}: {m}")
+        return
+    our_err = (ours.double() - ref).abs().max().item() if ref.numel() else 0.0
+    torch_err = (torch_same_dtype.double() - ref).abs().max().item() if ref.numel() else 0.0
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    ulp = 4 * torch.finfo(ours.dtype).eps * max(scale, 1.0)
+    budget = 2 * torch_err + ulp
+    assert our_err <= budget, (f"{name}: error {our_err:.3g} exceeds 2x PyTorch's same-dtype error "
+                               f"{torch_err:.3g} (+4 ulps {ulp:.3g})")
+
+
+def fake_shapes(op: Callable[..., object], *args: object, **kwargs: object) -> list[tuple[torch.Size, torch.dtype]]:
+    """Output shapes and dtypes of ``op`` under FakeTensorMode for the same (real) arguments."""
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        fake_kwargs = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        out = op(*fake_args, **fake_kwargs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [(o.shape, o.dtype) for o in outs]
+
+
+def eager_shapes(out: object) -> list[tuple[torch.Size, torch.dtype]]:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [(o.shape, o.dtype) for o in outs]
+
+
+def raises_same_in_eager_and_fake(op: Callable[..., object], args: Sequence[object], match: str) -> None:
+    """The call fails with ``match`` in its message, in eager mode and in fake mode alike."""
+    import pytest
+
+    with pytest.raises(RuntimeError, match=match):
+        op(*args)
+    with FakeTensorMode() as mode:
+        fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        with pytest.raises(RuntimeError, match=match):
+            op(*fake_args)
+
+
+@contextlib.contextmanager
+def num_threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
