@@ -1,0 +1,419 @@
+// Per-ISA vector operations shared by the attention kernels (torch-free).
+//
+// This header is compiled once per ISA translation unit (`*.avx512.cpp`, `*.avx2.cpp`, plain
+// `*.cpp`); everything it defines lives in a namespace named after the instruction set the
+// compiler was told to target (op_plugin::isa_avx512 / isa_avx2 / isa_base), so the inline
+// functions of different TUs never collide at link time (no ODR merging of an AVX-512 body into
+// a baseline caller). Only <immintrin.h> and <cstdint>/<cstring>/<cmath> are used: no std
+// templates, for the same reason.
+//
+// The vocabulary is the "Ops" struct: one struct per (ISA, element type) with
+//   T   element type of packed GEMM operands (float, double, or uint16_t holding bf16 bits)
+//   S   accumulation scalar (float, or double for double inputs)
+//   V   accumulation vector of W lanes of S
+//   KP  elements of T consumed per k step by one multiply-accumulate (1, or 2 for bf16 pairs,
+//       which is the operand format of AVX512_BF16 vdpbf16ps)
+// and the element-wise helpers the softmax passes need (max, exp2, lane masks).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#if defined(__AVX2__) || defined(__AVX512F__)
+// GCC 12 reports its own `_mm512_undefined_*` idiom inside these headers as "may be used
+// uninitialized" once the intrinsics are inlined; the state at the header's lines decides.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+#if defined(__AVX512F__)
+#define OP_ISA_NS isa_avx512
+#elif defined(__AVX2__)
+#define OP_ISA_NS isa_avx2
+#else
+#define OP_ISA_NS isa_base
+#endif
+
+namespace op_plugin {
+namespace OP_ISA_NS {
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// ---- scalar bf16 / fp16 conversions (bit level, round to nearest even) ---------------------
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Portable 2^x in float, same polynomial as the vector versions (Cephes exp2f minimax on
+// [-0.5, 0.5], relative error ~1.5 ulp). x <= -126 returns exactly 0 (masked logits).
+inline float exp2_scalar(float x) {
+  if (!(x > -126.0f)) return 0.0f;  // also -inf and NaN-free for masked lanes
+  if (x > 127.0f) x = 127.0f;
+  const float n = std::nearbyint(x);
+  const float r = x - n;
+  float p = 1.535336188319500e-4f;
+  p = p * r + 1.339887440266574e-3f;
+  p = p * r + 9.618437357674640e-3f;
+  p = p * r + 5.550332471162809e-2f;
+  p = p * r + 2.402264791363012e-1f;
+  p = p * r + 6.931472028550421e-1f;
+  p = p * r + 1.0f;
+  const int32_t e = static_cast<int32_t>(n) + 127;
+  const uint32_t bits = static_cast<uint32_t>(e) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+// ---- portable Ops (GCC vector extensions), used for every ISA's double path and for the
+// baseline float path ---------------------------------------------------------------------
+template <class Tp, int Bytes>
+struct OpsGeneric {
+  using T = Tp;
+  using S = Tp;
+  static constexpr int W = Bytes / static_cast<int>(sizeof(Tp));
+  static constexpr int KP = 1;
+  typedef Tp V __attribute__((vector_size(Bytes)));
+  using BV = V;
+  using AV = V;
+
+  static V zero() { return V{} ; }
+  static V set1(S x) { V v = V{}; return v + x; }
+  static V loadc(const S* p) { V v; std::memcpy(&v, p, sizeof v); return v; }
+  static void storec(S* p, V v) { std::memcpy(p, &v, sizeof v); }
+  static BV loadb(const T* p) { return loadc(p); }
+  static BV loadb_tail(const T* p, int n) {
+    V v = V{};
+    for (int i = 0; i < n; ++i) v[i] = p[i];
+    return v;
+  }
+  static AV bcast(const T* p) { return set1(*p); }
+  static V fma(V acc, AV a, BV b) { return acc + a * b; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return a * b; }
+  static V max(V a, V b) { V r; for (int i = 0; i < W; ++i) r[i] = a[i] > b[i] ? a[i] : b[i]; return r; }
+  static S hmax(V a) { S m = a[0]; for (int i = 1; i < W; ++i) m = a[i] > m ? a[i] : m; return m; }
+  static S hsum(V a) { S s = a[0]; for (int i = 1; i < W; ++i) s += a[i]; return s; }
+  // Lanes whose index (base + lane) lies outside [lo, hi] become -inf.
+  static V mask_range(V x, int64_t base, int64_t lo, int64_t hi) {
+    for (int i = 0; i < W; ++i) {
+      const int64_t idx = base + i;
+      if (idx < lo || idx > hi) x[i] = -INFINITY;
+    }
+    return x;
+  }
+  // 2^x per lane; x <= -126 (float) gives exactly 0.
+  static V exp2(V x) {
+    V r;
+    for (int i = 0; i < W; ++i) r[i] = exp2_lane(x[i]);
+    return r;
+  }
+  static float exp2_lane(float x) { return exp2_scalar(x); }
+  static double exp2_lane(double x) { return x == -INFINITY ? 0.0 : std::exp2(x); }
+  // Where the lane of `cond_src` equals -inf, select `a` instead of `b` (used to keep the
+  // running max finite for rows that have seen no key yet).
+  static V select_neginf(V cond_src, V a, V b) {
+    V r;
+    for (int i = 0; i < W; ++i) r[i] = cond_src[i] == -INFINITY ? a[i] : b[i];
+    return r;
+  }
+};
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// ---- AVX2 + FMA float ----------------------------------------------------------------------
+struct OpsAvx2F {
+  using T = float;
+  using S = float;
+  static constexpr int W = 8;
+  static constexpr int KP = 1;
+  using V = __m256;
+  using BV = __m256;
+  using AV = __m256;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(S x) { return _mm256_set1_ps(x); }
+  static V loadc(const S* p) { return _mm256_loadu_ps(p); }
+  static void storec(S* p, V v) { _mm256_storeu_ps(p, v); }
+  static BV loadb(const T* p) { return _mm256_loadu_ps(p); }
+  static BV loadb_tail(const T* p, int n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+    return _mm256_maskload_ps(p, m);
+  }
+  static AV bcast(const T* p) { return _mm256_broadcast_ss(p); }
+  static V fma(V acc, AV a, BV b) { return _mm256_fmadd_ps(a, b, acc); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static S hmax(V a) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+  }
+  static S hsum(V a) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+  }
+  static V mask_range(V x, int64_t base, int64_t lo, int64_t hi) {
+    // lanes with idx in [lo, hi]; computed in 32-bit relative to base (|lo-base| is clamped).
+    const int32_t l = static_cast<int32_t>(imax(imin(lo - base, 1 << 20), -(1 << 20)));
+    const int32_t h = static_cast<int32_t>(imax(imin(hi - base, 1 << 20), -(1 << 20)));
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i ok = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(l), idx),
+                                           _mm256_cmpgt_epi32(_mm256_set1_epi32(h + 1), idx));
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(ok));
+  }
+  static V exp2(V x) {
+    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    x = _mm256_min_ps(x, _mm256_set1_ps(127.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+  }
+  static V select_neginf(V cond_src, V a, V b) {
+    const __m256 c = _mm256_cmp_ps(cond_src, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    return _mm256_blendv_ps(b, a, c);
+  }
+};
+#endif
+
+#if defined(__AVX512F__)
+// ---- AVX-512 float -------------------------------------------------------------------------
+struct Ops512Base {
+  using S = float;
+  static constexpr int W = 16;
+  using V = __m512;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(S x) { return _mm512_set1_ps(x); }
+  static V loadc(const S* p) { return _mm512_loadu_ps(p); }
+  static void storec(S* p, V v) { _mm512_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static S hmax(V a) { return _mm512_reduce_max_ps(a); }
+  static S hsum(V a) { return _mm512_reduce_add_ps(a); }
+  static __mmask16 range_mask(int64_t base, int64_t lo, int64_t hi) {
+    const int32_t l = static_cast<int32_t>(imax(imin(lo - base, 1 << 20), -(1 << 20)));
+    const int32_t h = static_cast<int32_t>(imax(imin(hi - base, 1 << 20), -(1 << 20)));
+    const __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_cmpge_epi32_mask(idx, _mm512_set1_epi32(l)) &
+           _mm512_cmple_epi32_mask(idx, _mm512_set1_epi32(h));
+  }
+  static V mask_range(V x, int64_t base, int64_t lo, int64_t hi) {
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), range_mask(base, lo, hi), x);
+  }
+  // 2^x: x clamped to [-200, 127]; n = round(x), r = x - n in [-0.5, 0.5], 2^r by the Cephes
+  // exp2f polynomial, then vscalefps(p, n). For x <= -150 the result underflows to exactly 0,
+  // so masked (-inf) logits contribute nothing.
+  static V exp2(V x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(127.0f));
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+  }
+  static V select_neginf(V cond_src, V a, V b) {
+    const __mmask16 c = _mm512_cmp_ps_mask(cond_src, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    return _mm512_mask_mov_ps(b, c, a);
+  }
+};
+
+struct Ops512F : Ops512Base {
+  using T = float;
+  static constexpr int KP = 1;
+  using BV = __m512;
+  using AV = __m512;
+  static BV loadb(const T* p) { return _mm512_loadu_ps(p); }
+  static BV loadb_tail(const T* p, int n) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
+  }
+  static AV bcast(const T* p) { return _mm512_set1_ps(*p); }
+  static V fma(V acc, AV a, BV b) { return _mm512_fmadd_ps(a, b, acc); }
+};
+
+#if defined(__AVX512BF16__)
+// bf16 pairs: B vectors hold 16 columns x 2 consecutive k (32 bf16, "VNNI" order), A is a
+// broadcast 32-bit pair; vdpbf16ps adds a0*b0 + a1*b1 into each fp32 lane.
+struct Ops512Bf16 : Ops512Base {
+  using T = uint16_t;
+  static constexpr int KP = 2;
+  using BV = __m512bh;
+  using AV = __m512bh;
+  static BV loadb(const T* p) { return (__m512bh)_mm512_loadu_si512(p); }
+  static BV loadb_tail(const T* p, int n) {
+    return (__m512bh)_mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << n) - 1u), p);
+  }
+  static AV bcast(const T* p) {
+    int32_t w;
+    std::memcpy(&w, p, 4);
+    return (__m512bh)_mm512_set1_epi32(w);
+  }
+  static V fma(V acc, AV a, BV b) { return _mm512_dpbf16_ps(acc, a, b); }
+};
+#endif
+#endif  // __AVX512F__
+
+// ---- vector conversion helpers for packing / output ------------------------------------
+// Convert n floats to bf16 (round to nearest even).
+inline void cvt_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+#elif defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+inline void cvt_bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+  }
+#elif defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+// fp16 <-> float, exact scalar versions (round to nearest even; same results as
+// scalar_types.h, repeated here so no inline function is shared between ISA translation units).
+inline float half_to_float_scalar(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t u;
+  if (exponent == 0x1f) {
+    u = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    u = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    u = sign;
+  } else {
+    exponent = 113;
+    while ((mantissa & 0x400u) == 0) { mantissa <<= 1; --exponent; }
+    u = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_half_scalar(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (abs < 0x38800000u) {
+    if (abs < 0x33000000u) return sign;
+    const uint32_t exponent = abs >> 23;
+    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exponent;
+    uint32_t q = mantissa >> shift;
+    const uint32_t rem = mantissa & ((1u << shift) - 1u);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
+    return static_cast<uint16_t>(sign | q);
+  }
+  uint32_t r = abs - 0x38000000u;
+  r = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+  return static_cast<uint16_t>(sign | r);
+}
+
+inline void cvt_f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+  for (; i < n; ++i) dst[i] = half_to_float_scalar(src[i]);
+}
+
+inline void cvt_f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; ++i) dst[i] = float_to_half_scalar(src[i]);
+}
+
+// Interleave two rows of 16-bit values: dst[2c] = a[c], dst[2c+1] = b[c] for c < n
+// (b == nullptr means a row of zeros). This is the bf16 pair ("VNNI") packing of B operands.
+inline void interleave_u16(const uint16_t* a, const uint16_t* b, uint16_t* dst, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX512BW__)
+  const __m512i idx = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                                        0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                                        0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+  const __m512i idx_hi = _mm512_add_epi16(idx, _mm512_set1_epi16(16));
+  for (; c + 32 <= n; c += 32) {
+    const __m512i va = _mm512_loadu_si512(a + c);
+    const __m512i vb = b ? _mm512_loadu_si512(b + c) : _mm512_setzero_si512();
+    _mm512_storeu_si512(dst + 2 * c, _mm512_permutex2var_epi16(va, idx, vb));
+    _mm512_storeu_si512(dst + 2 * c + 32, _mm512_permutex2var_epi16(va, idx_hi, vb));
+  }
+#endif
+  for (; c < n; ++c) {
+    dst[2 * c] = a[c];
+    dst[2 * c + 1] = b ? b[c] : static_cast<uint16_t>(0);
+  }
+}
+
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin

@@ -1,0 +1,657 @@
+// The flash attention engine: forward and backward tile loops (torch-free).
+//
+// Included once by each ISA translation unit (flash_attention_kernels{,.avx2,.avx512}.cpp),
+// whose compiler flags pick the namespace (see kernels/common/simd.h) and the Ops structs.
+//
+// Layout choices (see flash_attention_params.h for the tile sizes):
+//   * Scores are computed transposed, S^T[j][i] = K[j,:] . Q[i,:], as a GEMM whose broadcast
+//     operand is the key row read in place from the user tensor and whose vector operand is the
+//     query block packed once per task as Qt[d][i]. Vectors therefore run over query rows, and
+//     every online-softmax statistic (running max m_i, sum l_i, rescale alpha_i, lse_i, D_i)
+//     is a lane-wise vector, with no horizontal reduction anywhere.
+//   * Forward O[i][:] = alpha_i O[i][:] + sum_j P^T[j][i] V[j][:]: P^T is the broadcast operand
+//     (fp32: in place; bf16: written directly in pair-interleaved form), V the vector operand
+//     (fp32: rows in place; bf16: one key tile packed into pairs).
+//   * Backward, one task per (b, query head): for each key tile (outer) and each query tile
+//     that can see it (inner): S^T, dP^T = V dO^T (vector operand dO packed once as dOt),
+//     P^T = exp(S^T - lse), dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q (dO / Q rows as
+//     vector operands), dQ += dS K (dS as broadcast operand). dQ lives in a per-task fp32 buffer
+//     for the whole head, dK/dV in per-key-tile buffers: five GEMMs per tile, no recomputation
+//     pass, no atomics. dK/dV of query heads sharing a kv head (GQA) go to a partial buffer and
+//     are summed in a fixed order afterwards.
+//   * Masks and windows: the key range of a query block (forward) or the query range of a key
+//     tile (backward) comes from the window bounds, so tiles outside the window are never
+//     visited (a window costs O(S*W)); only tiles cut by the window boundary apply a lane mask.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/gemm_ukernel.h"
+#include "kernels/common/simd.h"
+#include "kernels/flash_attention/flash_attention_plan.h"
+#include "op_plugin/parallel.h"
+
+namespace op_plugin {
+namespace OP_ISA_NS {
+namespace fa {
+
+using flash::FlashAttnBwdParams;
+using flash::FlashAttnFwdParams;
+using flash::kBlockKV;
+using flash::kBlockQ;
+using flash::pad16;
+using flash::Plan;
+using flash::RowWindow;
+using flash::Task;
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+
+// Output element kinds.
+enum Out : int { kOutF32 = 0, kOutF64 = 1, kOutBf16 = 2, kOutF16 = 3 };
+
+template <class S>
+inline void store_row(int out_kind, const S* src, void* dst, int64_t n, S scale, float* tmp) {
+  if (out_kind == kOutF64) {
+    double* d = static_cast<double*>(dst);
+    for (int64_t c = 0; c < n; ++c) d[c] = static_cast<double>(src[c]) * static_cast<double>(scale);
+    return;
+  }
+  if (out_kind == kOutF32) {
+    float* d = static_cast<float*>(dst);
+    for (int64_t c = 0; c < n; ++c) d[c] = static_cast<float>(src[c] * scale);
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) tmp[c] = static_cast<float>(src[c] * scale);
+  if (out_kind == kOutBf16)
+    cvt_f32_to_bf16(tmp, static_cast<uint16_t*>(dst), n);
+  else
+    cvt_f32_to_f16(tmp, static_cast<uint16_t*>(dst), n);
+}
+
+inline void zero_row(int out_kind, void* dst, int64_t n) {
+  const int64_t bytes = out_kind == kOutF64 ? 8 : out_kind == kOutF32 ? 4 : 2;
+  std::memset(dst, 0, static_cast<size_t>(n * bytes));
+}
+
+inline int64_t out_elem_bytes(int out_kind) { return out_kind == kOutF64 ? 8 : out_kind == kOutF32 ? 4 : 2; }
+
+// lse element access (float or double tensor).
+struct LseRef {
+  void* base;
+  bool f64;
+  double get(int64_t idx) const {
+    return f64 ? static_cast<const double*>(base)[idx] : static_cast<double>(static_cast<const float*>(base)[idx]);
+  }
+  void set(int64_t idx, double v) const {
+    if (f64)
+      static_cast<double*>(base)[idx] = v;
+    else
+      static_cast<float*>(base)[idx] = static_cast<float>(v);
+  }
+};
+
+// Packs rows [0, rows) x cols [0, n) of a row-major operand (row stride ld) transposed into
+// dst[(c / KP) * ldd + r * KP + c % KP] (fp32: dst[c][r]; bf16: 32-bit pairs of c), zero for
+// rows >= rows up to `rows_pad` and for the odd pair tail.
+template <class T, int KP>
+inline void pack_transposed(const T* src, int64_t ld, int64_t rows, int64_t rows_pad, int64_t n, T* dst,
+                            int64_t ldd) {
+  const int64_t npairs = (n + KP - 1) / KP;
+  if (KP == 1) {
+    // fp32 / fp64: blocks of 8 rows keep the source rows in cache while columns are written.
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+      const int64_t r1 = imin(rows, r0 + 8);
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * ld + c];
+    }
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t r = rows; r < rows_pad; ++r) dst[c * ldd + r] = T(0);
+  } else {
+    // bf16 pairs: a 32-bit transpose of the [rows][n/2] view.
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+      const int64_t r1 = imin(rows, r0 + 8);
+      for (int64_t cp = 0; cp < npairs; ++cp)
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* s = src + r * ld + cp * 2;
+          T* d = dst + cp * ldd + r * 2;
+          d[0] = s[0];
+          d[1] = (cp * 2 + 1 < n) ? s[1] : T(0);
+        }
+    }
+    for (int64_t cp = 0; cp < npairs; ++cp)
+      for (int64_t r = rows; r < rows_pad; ++r) {
+        dst[cp * ldd + r * 2] = T(0);
+        dst[cp * ldd + r * 2 + 1] = T(0);
+      }
+  }
+}
+
+// Packs rows [0, rows) of a row-major bf16 operand into row pairs: dst[(r/2) * 2*ldd + 2c + r%2],
+// c < n; a missing odd last row is zero; pair rows up to rows_pad/2 are zero.
+inline void pack_row_pairs(const uint16_t* src, int64_t ld, int64_t rows, int64_t rows_pad, int64_t n,
+                           uint16_t* dst, int64_t ldd) {
+  int64_t r = 0;
+  for (; r + 1 < rows; r += 2) interleave_u16(src + r * ld, src + (r + 1) * ld, dst + (r / 2) * 2 * ldd, n);
+  if (r < rows) {
+    interleave_u16(src + r * ld, nullptr, dst + (r / 2) * 2 * ldd, n);
+    r += 2;
+  }
+  for (; r < rows_pad; r += 2) std::memset(dst + (r / 2) * 2 * ldd, 0, static_cast<size_t>(2 * n) * 2);
+}
+
+// Bump allocator over one slot of the workspace.
+struct Carve {
+  char* p;
+  template <class X>
+  X* take(int64_t count) {
+    X* r = reinterpret_cast<X*>(p);
+    p += (static_cast<int64_t>(sizeof(X)) * count + 63) / 64 * 64;
+    return r;
+  }
+};
+
+// Runs body(task, slot_base) over the plan's tasks, longest first, from a shared counter: the
+// schedule varies with the thread count, the arithmetic of a task does not.
+template <class Body>
+inline void run_tasks(const Plan& plan, void* workspace, const Body& body) {
+  int64_t next = 0;
+  int64_t* counter = &next;
+  const int64_t slots = plan.slots;
+  op_plugin::parallel_for(0, slots, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      char* base = static_cast<char*>(workspace) + plan.slot_offset + static_cast<uint64_t>(s) * plan.slot_bytes;
+      for (;;) {
+        const int64_t t = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+        if (t >= plan.num_tasks) break;
+        body(plan.tasks[t], base);
+      }
+    }
+  });
+}
+
+// ============================================================================================
+// Forward
+// ============================================================================================
+template <class Ops>
+struct Forward {
+  using T = typename Ops::T;
+  using S = typename Ops::S;
+  using V = typename Ops::V;
+  static constexpr int W = Ops::W;
+  static constexpr int KP = Ops::KP;
+  static constexpr int64_t Br = kBlockQ;
+  static constexpr int64_t Bc = kBlockKV;
+  static constexpr int NVQ = static_cast<int>(Br / W);  // vectors per score row
+
+  static void task(const FlashAttnFwdParams& p, int out_kind, const Task& t, char* slot) {
+    const int64_t b = t.b, n = t.n, i0 = t.i0;
+    const int64_t h = n / p.group;
+    const int64_t D = p.head_dim, Dv = p.head_dim_v;
+    const int64_t D2 = (D + 1) / 2 * 2;
+    const int64_t Dvp = pad16(Dv);
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const int64_t rows = imin(Br, sq - i0);
+    const RowWindow w = flash::row_window(p, sq, skv);
+
+    Carve c{slot};
+    T* qt = c.take<T>(D2 * Br);
+    S* sc = c.take<S>(Bc * Br);
+    T* pp = c.take<T>(Bc * Br);
+    T* vpair = c.take<T>(Bc * Dvp);
+    S* acc = c.take<S>(Br * Dvp);
+    S* m = c.take<S>(Br);
+    S* l = c.take<S>(Br);
+    S* alpha = c.take<S>(Br);
+    float* tmp = c.take<float>(Dvp + Br);  // conversion scratch (bf16 P rows, output rows)
+
+    const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (p.q_start[b] + i0) * p.q_row_stride +
+                 n * p.q_head_stride;
+    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
+                 h * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
+                 h * p.v_head_stride;
+
+    pack_transposed<T, KP>(q, p.q_row_stride, rows, Br, D, qt, Br * KP);
+
+    const S c2 = static_cast<S>(p.scale * kLog2e);  // logits in log2 units
+    const bool sink = p.sinks != nullptr;
+    const S m0 = sink ? static_cast<S>(static_cast<double>(p.sinks[n]) * kLog2e) : static_cast<S>(-INFINITY);
+    for (int64_t i = 0; i < Br; ++i) {
+      m[i] = m0;
+      l[i] = sink ? S(1) : S(0);
+    }
+    for (int64_t i = 0; i < Br * Dvp; ++i) acc[i] = S(0);
+
+    const int64_t jlo = w.lo(i0), jhi = w.hi(i0 + rows - 1);
+    bool first = true;
+    for (int64_t j0 = jlo; j0 <= jhi; j0 += Bc) {
+      const int64_t nc = imin(Bc, jhi + 1 - j0);
+      const bool full = w.lo(i0 + rows - 1) <= j0 && w.hi(i0) >= j0 + nc - 1;
+      // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]
+      gemm<Ops>(nc, Br, (D + KP - 1) / KP, k + j0 * p.k_row_stride, p.k_row_stride, KP, qt, Br * KP, sc, Br,
+                nullptr, kOverwrite);
+      // Online softmax, lane-wise over query rows.
+      for (int iv = 0; iv < NVQ; ++iv) {
+        const int64_t base = i0 + iv * W;
+        V mx = Ops::set1(static_cast<S>(-INFINITY));
+        S* col = sc + iv * W;
+        for (int64_t j = 0; j < nc; ++j) {
+          V x = Ops::mul(Ops::loadc(col + j * Br), Ops::set1(c2));
+          if (!full) x = Ops::mask_range(x, base, w.first_row(j0 + j), w.last_row(j0 + j));
+          Ops::storec(col + j * Br, x);
+          mx = Ops::max(mx, x);
+        }
+        const V mold = Ops::loadc(m + iv * W);
+        const V mnew = Ops::max(mold, mx);
+        const V muse = Ops::select_neginf(mnew, Ops::zero(), mnew);  // rows with no key yet
+        const V a = Ops::exp2(Ops::sub(mold, muse));
+        Ops::storec(alpha + iv * W, a);
+        Ops::storec(m + iv * W, mnew);
+        V sum = Ops::zero();
+        for (int64_t j = 0; j < nc; ++j) {
+          const V e = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
+          sum = Ops::add(sum, e);
+          Ops::storec(col + j * Br, e);
+        }
+        Ops::storec(l + iv * W, Ops::add(Ops::mul(Ops::loadc(l + iv * W), a), sum));
+      }
+      if (KP == 1) {
+        // O = alpha O + P V (P^T in place as broadcast operand, V rows in place)
+        gemm<Ops>(rows, Dv, nc, reinterpret_cast<const T*>(sc), 1, Br, v + j0 * p.v_row_stride, p.v_row_stride,
+                  acc, Dvp, first ? nullptr : alpha, first ? kAccumulate : kScaleAccumulate);
+      } else {
+        // bf16: P^T rows j, j+1 interleaved into pairs; V key tile packed into row pairs.
+        for (int64_t j = 0; j < nc; j += 2) {
+          uint16_t* dst = reinterpret_cast<uint16_t*>(pp) + j * Br;
+          uint16_t* lo16 = reinterpret_cast<uint16_t*>(tmp);  // Br halves of scratch
+          uint16_t* hi16 = lo16 + Br;
+          cvt_f32_to_bf16(reinterpret_cast<const float*>(sc) + j * Br, lo16, Br);
+          if (j + 1 < nc)
+            cvt_f32_to_bf16(reinterpret_cast<const float*>(sc) + (j + 1) * Br, hi16, Br);
+          interleave_u16(lo16, j + 1 < nc ? hi16 : nullptr, dst, Br);
+        }
+        pack_row_pairs(reinterpret_cast<const uint16_t*>(v + j0 * p.v_row_stride), p.v_row_stride, nc, nc,
+                       Dv, reinterpret_cast<uint16_t*>(vpair), Dvp);
+        gemm<Ops>(rows, Dv, (nc + 1) / 2, pp, 2, 2 * Br, vpair, 2 * Dvp, acc, Dvp, first ? nullptr : alpha,
+                  first ? kAccumulate : kScaleAccumulate);
+      }
+      first = false;
+    }
+
+    // Finalise: out = O / l, lse = (m + log2 l) ln 2; rows without keys: out 0, lse +inf.
+    const int64_t ob = out_elem_bytes(out_kind);
+    char* out = static_cast<char*>(p.out) +
+                (b * p.o_batch_stride + (p.q_start[b] + i0) * p.o_row_stride + n * p.o_head_stride) * ob;
+    LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+    const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i0) * p.lse_row_stride;
+    for (int64_t i = 0; i < rows; ++i) {
+      void* orow = out + i * p.o_row_stride * ob;
+      const bool empty = w.lo(i0 + i) > w.hi(i0 + i) || !(l[i] > S(0));
+      if (empty) {
+        zero_row(out_kind, orow, Dv);
+        if (p.lse) lse.set(lse_base + i * p.lse_row_stride, INFINITY);
+        continue;
+      }
+      store_row<S>(out_kind, acc + i * Dvp, orow, Dv, S(1) / l[i], tmp);
+      if (p.lse)
+        lse.set(lse_base + i * p.lse_row_stride,
+                (static_cast<double>(m[i]) + std::log2(static_cast<double>(l[i]))) * kLn2);
+    }
+  }
+};
+
+// ============================================================================================
+// Backward
+// ============================================================================================
+template <class Ops>
+struct Backward {
+  using T = typename Ops::T;
+  using S = typename Ops::S;
+  using V = typename Ops::V;
+  static constexpr int W = Ops::W;
+  static constexpr int KP = Ops::KP;
+  static constexpr int64_t Br = kBlockQ;
+  static constexpr int64_t Bc = kBlockKV;
+  static constexpr int NVQ = static_cast<int>(Br / W);
+
+  static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace, const Task& t,
+                   char* slot) {
+    const int64_t b = t.b, n = t.n;
+    const int64_t h = n / p.group;
+    const int64_t D = p.head_dim, Dv = p.head_dim_v;
+    const int64_t D2 = (D + 1) / 2 * 2, Dv2 = (Dv + 1) / 2 * 2;
+    const int64_t Dp = pad16(D), Dvp = pad16(Dv);
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const int64_t S1p = pad16(p.max_seqlen_q) + Br;
+    const RowWindow w = flash::row_window(p, sq, skv);
+    const bool pairs = KP == 2;
+
+    Carve c{slot};
+    T* qt = c.take<T>(D2 * S1p);
+    T* dot = c.take<T>(Dv2 * S1p);
+    T* qpair = nullptr;
+    T* dopair = nullptr;
+    T* kpair = nullptr;
+    if (pairs) {
+      qpair = c.take<T>(S1p * Dp);
+      dopair = c.take<T>(S1p * Dvp);
+      kpair = c.take<T>(Bc * Dp);
+    }
+    S* lse2 = c.take<S>(2 * S1p);
+    S* delta = lse2 + S1p;
+    S* dqacc = c.take<S>(S1p * Dp);
+    S* sc = c.take<S>(2 * Bc * Br);
+    S* dp = sc + Bc * Br;
+    T* pt = c.take<T>(3 * Bc * Br);
+    T* dst = pt + Bc * Br;
+    T* dsi = dst + Bc * Br;
+    S* dkacc = c.take<S>(Bc * (Dp + Dvp));
+    S* dvacc = dkacc + Bc * Dp;
+    float* tmp = c.take<float>(Dp + Dvp);  // output conversion scratch
+
+    const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + p.q_start[b] * p.q_row_stride +
+                 n * p.q_head_stride;
+    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
+                 h * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
+                 h * p.v_head_stride;
+    const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
+                 n * p.o_head_stride;
+    const T* dO = static_cast<const T*>(p.dout) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
+                  n * p.o_head_stride;
+
+    // ---- per-head preparation ------------------------------------------------------------
+    pack_transposed<T, KP>(q, p.q_row_stride, sq, S1p, D, qt, S1p * KP);
+    pack_transposed<T, KP>(dO, p.o_row_stride, sq, S1p, Dv, dot, S1p * KP);
+    if (pairs) {
+      pack_row_pairs(reinterpret_cast<const uint16_t*>(q), p.q_row_stride, sq, S1p, D,
+                     reinterpret_cast<uint16_t*>(qpair), Dp);
+      pack_row_pairs(reinterpret_cast<const uint16_t*>(dO), p.o_row_stride, sq, S1p, Dv,
+                     reinterpret_cast<uint16_t*>(dopair), Dvp);
+    }
+    LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+    const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + p.q_start[b] * p.lse_row_stride;
+    for (int64_t i = 0; i < S1p; ++i) {
+      if (i < sq) {
+        lse2[i] = static_cast<S>(lse.get(lse_base + i * p.lse_row_stride) * kLog2e);
+        S d = S(0);
+        const T* orow = o + i * p.o_row_stride;
+        const T* drow = dO + i * p.o_row_stride;
+        for (int64_t cc = 0; cc < Dv; ++cc) d += to_s(orow[cc]) * to_s(drow[cc]);
+        delta[i] = d;
+      } else {
+        lse2[i] = static_cast<S>(INFINITY);
+        delta[i] = S(0);
+      }
+    }
+    for (int64_t i = 0; i < sq * Dp; ++i) dqacc[i] = S(0);
+
+    const S c2 = static_cast<S>(p.scale * kLog2e);
+    const S sc_out = static_cast<S>(p.scale);
+    const bool direct = p.group == 1;
+    S* partial = direct ? nullptr
+                        : reinterpret_cast<S*>(static_cast<char*>(workspace) + plan.partial_offset);
+    const int64_t prow0 = b * plan.kv_batch_rows + p.kv_start[b];
+
+    // ---- key tiles -------------------------------------------------------------------------
+    for (int64_t j0 = 0; j0 < skv; j0 += Bc) {
+      const int64_t nc = imin(Bc, skv - j0);
+      const int64_t ilo = imax(0, w.first_row(j0));
+      const int64_t ihi = imin(sq - 1, w.last_row(j0 + nc - 1));
+      for (int64_t i = 0; i < nc * Dp; ++i) dkacc[i] = S(0);
+      for (int64_t i = 0; i < nc * Dvp; ++i) dvacc[i] = S(0);
+      if (ilo <= ihi) {
+        const T* kt = k + j0 * p.k_row_stride;
+        const T* vt = v + j0 * p.v_row_stride;
+        if (pairs)
+          pack_row_pairs(reinterpret_cast<const uint16_t*>(kt), p.k_row_stride, nc, nc, D,
+                         reinterpret_cast<uint16_t*>(kpair), Dp);
+        for (int64_t i0 = ilo / Br * Br; i0 <= ihi; i0 += Br) {
+          const int64_t nr = imin(Br, ihi + 1 - i0);
+          const bool full = nr == Br && w.lo(i0 + nr - 1) <= j0 && w.hi(i0) >= j0 + nc - 1 && i0 >= ilo;
+          const int64_t row_hi = i0 + nr - 1;  // lanes past it are zeroed
+          gemm<Ops>(nc, Br, (D + KP - 1) / KP, kt, p.k_row_stride, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
+                    kOverwrite);
+          gemm<Ops>(nc, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
+                    kOverwrite);
+          // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)
+          for (int64_t j = 0; j < nc; ++j) {
+            const int64_t flo = w.first_row(j0 + j);
+            const int64_t fhi = imin(w.last_row(j0 + j), row_hi);
+            for (int iv = 0; iv < NVQ; ++iv) {
+              const int64_t base = i0 + iv * W;
+              V x = Ops::mul(Ops::loadc(sc + j * Br + iv * W), Ops::set1(c2));
+              if (!full) x = Ops::mask_range(x, base, flo, fhi);
+              const V pv = Ops::exp2(Ops::sub(x, Ops::loadc(lse2 + base)));
+              const V ds = Ops::mul(pv, Ops::sub(Ops::loadc(dp + j * Br + iv * W), Ops::loadc(delta + base)));
+              Ops::storec(sc + j * Br + iv * W, pv);
+              Ops::storec(dp + j * Br + iv * W, ds);
+            }
+          }
+          if (!pairs) {
+            const T* pa = reinterpret_cast<const T*>(sc);
+            const T* da = reinterpret_cast<const T*>(dp);
+            // dV[j] += sum_i P^T[j][i] dO[i];  dK[j] += sum_i dS^T[j][i] Q[i]
+            gemm<Ops>(nc, Dv, nr, pa, Br, 1, dO + i0 * p.o_row_stride, p.o_row_stride, dvacc, Dvp, nullptr,
+                      kAccumulate);
+            gemm<Ops>(nc, D, nr, da, Br, 1, q + i0 * p.q_row_stride, p.q_row_stride, dkacc, Dp, nullptr,
+                      kAccumulate);
+            // dQ[i] += sum_j dS^T[j][i] K[j]
+            gemm<Ops>(nr, D, nc, da, 1, Br, kt, p.k_row_stride, dqacc + i0 * Dp, Dp, nullptr, kAccumulate);
+          } else {
+            uint16_t* p16 = reinterpret_cast<uint16_t*>(pt);
+            uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+            uint16_t* di16 = reinterpret_cast<uint16_t*>(dsi);
+            const float* scf = reinterpret_cast<const float*>(sc);
+            const float* dpf = reinterpret_cast<const float*>(dp);
+            cvt_f32_to_bf16(scf, p16, nc * Br);
+            cvt_f32_to_bf16(dpf, d16, nc * Br);
+            for (int64_t j = 0; j < nc; j += 2)
+              interleave_u16(d16 + j * Br, j + 1 < nc ? d16 + (j + 1) * Br : nullptr, di16 + j * Br, Br);
+            const int64_t kr = (nr + 1) / 2;
+            gemm<Ops>(nc, Dv, kr, pt, Br, 2, dopair + i0 * Dvp, 2 * Dvp, dvacc, Dvp, nullptr, kAccumulate);
+            gemm<Ops>(nc, D, kr, dst, Br, 2, qpair + i0 * Dp, 2 * Dp, dkacc, Dp, nullptr, kAccumulate);
+            gemm<Ops>(nr, D, (nc + 1) / 2, dsi, 2, 2 * Br, kpair, 2 * Dp, dqacc + i0 * Dp, Dp, nullptr,
+                      kAccumulate);
+          }
+        }
+      }
+      // ---- write dK (scaled), dV of this key tile ----------------------------------------
+      if (direct) {
+        const int64_t ob = out_elem_bytes(out_kind);
+        char* dk = static_cast<char*>(p.dk) +
+                   (b * p.k_batch_stride + (p.kv_start[b] + j0) * p.k_row_stride + h * p.k_head_stride) * ob;
+        char* dv = static_cast<char*>(p.dv) +
+                   (b * p.v_batch_stride + (p.kv_start[b] + j0) * p.v_row_stride + h * p.v_head_stride) * ob;
+        for (int64_t j = 0; j < nc; ++j) {
+          store_row<S>(out_kind, dkacc + j * Dp, dk + j * p.k_row_stride * ob, D, sc_out, tmp);
+          store_row<S>(out_kind, dvacc + j * Dvp, dv + j * p.v_row_stride * ob, Dv, S(1), tmp);
+        }
+      } else {
+        for (int64_t j = 0; j < nc; ++j) {
+          S* dst_row = partial + ((prow0 + j0 + j) * p.heads_q + n) * (Dp + Dvp);
+          std::memcpy(dst_row, dkacc + j * Dp, static_cast<size_t>(D) * sizeof(S));
+          std::memcpy(dst_row + Dp, dvacc + j * Dvp, static_cast<size_t>(Dv) * sizeof(S));
+        }
+      }
+    }
+
+    // ---- write dQ (scaled) and zero the padding rows of this head ---------------------------
+    const int64_t ob = out_elem_bytes(out_kind);
+    char* dq = static_cast<char*>(p.dq) + (b * p.q_batch_stride + p.q_start[b] * p.q_row_stride + n * p.q_head_stride) * ob;
+    for (int64_t i = 0; i < sq; ++i) store_row<S>(out_kind, dqacc + i * Dp, dq + i * p.q_row_stride * ob, D, sc_out, tmp);
+    for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.q_row_stride * ob, D);
+    if (direct) {
+      char* dk = static_cast<char*>(p.dk) + (b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride) * ob;
+      char* dv = static_cast<char*>(p.dv) + (b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride) * ob;
+      for (int64_t j = skv; j < p.rows_kv[b]; ++j) {
+        zero_row(out_kind, dk + j * p.k_row_stride * ob, D);
+        zero_row(out_kind, dv + j * p.v_row_stride * ob, Dv);
+      }
+    }
+  }
+
+  static S to_s(T x) {
+    if constexpr (KP == 2)
+      return bf16_to_float(x);
+    else
+      return static_cast<S>(x);
+  }
+
+  // GQA: dK[b, j, h] = scale * sum_{n in group h} partial[j][n][:D], dV likewise (fixed order).
+  static void reduce_group(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace) {
+    const int64_t D = p.head_dim, Dv = p.head_dim_v;
+    const int64_t Dp = pad16(D), Dvp = pad16(Dv);
+    const S* partial = reinterpret_cast<const S*>(static_cast<char*>(workspace) + plan.partial_offset);
+    const int64_t ob = out_elem_bytes(out_kind);
+    const S sc_out = static_cast<S>(p.scale);
+    const int64_t items = p.batch * p.heads_kv;
+    op_plugin::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
+      S rowk[512 + 16];
+      float tmp[512 + 16];
+      for (int64_t it = i0; it < i1; ++it) {
+        const int64_t b = it / p.heads_kv, h = it % p.heads_kv;
+        const int64_t prow0 = b * plan.kv_batch_rows + p.kv_start[b];
+        char* dk = static_cast<char*>(p.dk) + (b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride) * ob;
+        char* dv = static_cast<char*>(p.dv) + (b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride) * ob;
+        const int64_t skv = p.seqlen_kv[b];
+        for (int64_t j = 0; j < p.rows_kv[b]; ++j) {
+          if (j >= skv) {
+            zero_row(out_kind, dk + j * p.k_row_stride * ob, D);
+            zero_row(out_kind, dv + j * p.v_row_stride * ob, Dv);
+            continue;
+          }
+          const S* base = partial + ((prow0 + j) * p.heads_q + h * p.group) * (Dp + Dvp);
+          for (int part = 0; part < 2; ++part) {
+            const int64_t off = part == 0 ? 0 : Dp;
+            const int64_t len = part == 0 ? D : Dv;
+            for (int64_t c0 = 0; c0 < len; c0 += 512) {
+              const int64_t cn = imin(512, len - c0);
+              for (int64_t cc = 0; cc < cn; ++cc) rowk[cc] = base[off + c0 + cc];
+              for (int64_t g = 1; g < p.group; ++g) {
+                const S* src = base + g * (Dp + Dvp) + off + c0;
+                for (int64_t cc = 0; cc < cn; ++cc) rowk[cc] += src[cc];
+              }
+              char* dst = part == 0 ? dk + (j * p.k_row_stride + c0) * ob : dv + (j * p.v_row_stride + c0) * ob;
+              store_row<S>(out_kind, rowk, dst, cn, part == 0 ? sc_out : S(1), tmp);
+            }
+          }
+        }
+      }
+    });
+  }
+};
+
+// ============================================================================================
+// Entry points of one ISA level
+// ============================================================================================
+
+// Converts n elements of a float16 / bfloat16 tensor to float, in parallel chunks.
+inline void stage_to_float(const void* src, opDataType dtype, float* dst, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  op_plugin::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ci = c0; ci < c1; ++ci) {
+      const int64_t s = ci * kChunk, e = imin(n, s + kChunk);
+      const uint16_t* in = static_cast<const uint16_t*>(src) + s;
+      if (dtype == OP_DT_BF16)
+        cvt_bf16_to_f32(in, dst + s, e - s);
+      else
+        cvt_f16_to_f32(in, dst + s, e - s);
+    }
+  });
+}
+
+inline int out_kind_of(opDataType dt) {
+  switch (dt) {
+    case OP_DT_DOUBLE: return kOutF64;
+    case OP_DT_BF16: return kOutBf16;
+    case OP_DT_FLOAT16: return kOutF16;
+    default: return kOutF32;
+  }
+}
+
+template <class OpsF32, class OpsBf16, class OpsF64>
+void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
+  FlashAttnFwdParams p = p0;
+  const int out_kind = out_kind_of(p0.dtype);
+  if (plan.stage) {
+    const void* src[3] = {p0.q, p0.k, p0.v};
+    const void** dst[3] = {&p.q, &p.k, &p.v};
+    for (int t = 0; t < 3; ++t) {
+      float* f = reinterpret_cast<float*>(static_cast<char*>(ws) + plan.stage_offset[t]);
+      stage_to_float(src[t], p0.dtype, f, plan.stage_numel[t]);
+      *dst[t] = f;
+    }
+  }
+  if (plan.compute == flash::Compute::kF64) {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF64>::task(p, out_kind, t, slot); });
+  } else if (plan.compute == flash::Compute::kBf16Pairs) {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsBf16>::task(p, out_kind, t, slot); });
+  } else {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF32>::task(p, out_kind, t, slot); });
+  }
+  // Padding rows (past seqused_q): out 0, lse +inf.
+  const int64_t ob = out_elem_bytes(out_kind);
+  LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t n = 0; n < p.heads_q; ++n) {
+      for (int64_t i = p.seqlen_q[b]; i < p.rows_q[b]; ++i) {
+        char* orow = static_cast<char*>(p.out) +
+                     (b * p.o_batch_stride + (p.q_start[b] + i) * p.o_row_stride + n * p.o_head_stride) * ob;
+        zero_row(out_kind, orow, p.head_dim_v);
+        if (p.lse)
+          lse.set(b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i) * p.lse_row_stride, INFINITY);
+      }
+    }
+  }
+}
+
+template <class OpsF32, class OpsBf16, class OpsF64>
+void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
+  FlashAttnBwdParams p = p0;
+  const int out_kind = out_kind_of(p0.dtype);
+  if (plan.stage) {
+    const void* src[5] = {p0.q, p0.k, p0.v, p0.out, p0.dout};
+    float* staged[5];
+    for (int t = 0; t < 5; ++t) {
+      staged[t] = reinterpret_cast<float*>(static_cast<char*>(ws) + plan.stage_offset[t]);
+      stage_to_float(src[t], p0.dtype, staged[t], plan.stage_numel[t]);
+    }
+    p.q = staged[0];
+    p.k = staged[1];
+    p.v = staged[2];
+    p.out = staged[3];
+    p.dout = staged[4];
+  }
+  if (plan.compute == flash::Compute::kF64) {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsF64>::task(p, plan, out_kind, ws, t, slot); });
+    if (p.group > 1) Backward<OpsF64>::reduce_group(p, plan, out_kind, ws);
+  } else if (plan.compute == flash::Compute::kBf16Pairs) {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsBf16>::task(p, plan, out_kind, ws, t, slot); });
+    if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
+  } else {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsF32>::task(p, plan, out_kind, ws, t, slot); });
+    if (p.group > 1) Backward<OpsF32>::reduce_group(p, plan, out_kind, ws);
+  }
+  // Batches with no query rows produced no task: zero their dq rows (dk/dv rows are covered by
+  // the task of any head with keys, or by reduce_group).
+  const int64_t ob = out_elem_bytes(out_kind);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    if (p.seqlen_q[b] > 0 || p.seqlen_kv[b] > 0) continue;
+    for (int64_t n = 0; n < p.heads_q; ++n)
+      for (int64_t i = 0; i < p.rows_q[b]; ++i)
+        zero_row(out_kind, static_cast<char*>(p.dq) + (b * p.q_batch_stride + (p.q_start[b] + i) * p.q_row_stride + n * p.q_head_stride) * ob, p.head_dim);
+    if (p.group == 1)
+      for (int64_t h = 0; h < p.heads_kv; ++h)
+        for (int64_t j = 0; j < p.rows_kv[b]; ++j) {
+          zero_row(out_kind, static_cast<char*>(p.dk) + (b * p.k_batch_stride + (p.kv_start[b] + j) * p.k_row_stride + h * p.k_head_stride) * ob, p.head_dim);
+          zero_row(out_kind, static_cast<char*>(p.dv) + (b * p.v_batch_stride + (p.kv_start[b] + j) * p.v_row_stride + h * p.v_head_stride) * ob, p.head_dim_v);
+        }
+  }
+}
+
+}  // namespace fa
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin

@@ -1,0 +1,138 @@
+// Work split and workspace layout of the flash attention engine (see flash_attention_plan.h).
+#include "kernels/flash_attention/flash_attention_plan.h"
+
+#include <algorithm>
+
+#include "op_plugin/isa.h"
+#include "op_plugin/workspace.h"
+
+namespace op_plugin {
+namespace flash {
+
+namespace isa_base { const Kernels& kernels_table(); }
+namespace isa_avx2 { const Kernels& kernels_table(); }
+namespace isa_avx512 { const Kernels& kernels_table(bool bf16); }
+
+const Kernels& kernels() {
+  static const Kernels* chosen = [] {
+    switch (active_isa()) {
+      case Isa::kAvx512Bf16: return &isa_avx512::kernels_table(true);
+      case Isa::kAvx512: return &isa_avx512::kernels_table(false);
+      case Isa::kAvx2: return &isa_avx2::kernels_table();
+      case Isa::kBaseline: break;
+    }
+    return &isa_base::kernels_table();
+  }();
+  return *chosen;
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Key tiles visited by the forward query block [i0, i0 + rows).
+int64_t fwd_tiles(const RowWindow& w, int64_t i0, int64_t rows) {
+  const int64_t lo = w.lo(i0), hi = w.hi(i0 + rows - 1);
+  return hi < lo ? 0 : ceil_div(hi - lo + 1, kBlockKV);
+}
+
+// (key tile, query tile) pairs visited by the backward of one head.
+int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv) {
+  int64_t total = 0;
+  for (int64_t j0 = 0; j0 < skv; j0 += kBlockKV) {
+    const int64_t nc = std::min(kBlockKV, skv - j0);
+    const int64_t ilo = std::max<int64_t>(0, w.first_row(j0));
+    const int64_t ihi = std::min(sq - 1, w.last_row(j0 + nc - 1));
+    if (ilo <= ihi) total += ihi / kBlockQ - ilo / kBlockQ + 1;
+  }
+  return total;
+}
+
+}  // namespace
+
+bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads,
+               std::vector<Task>* tasks, Plan* plan) {
+  tasks->clear();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const RowWindow w = row_window(p, sq, skv);
+    if (!bwd) {
+      for (int64_t i0 = 0; i0 < sq; i0 += kBlockQ) {
+        const int64_t cost = 1 + fwd_tiles(w, i0, std::min(kBlockQ, sq - i0)) * 4;
+        for (int64_t n = 0; n < p.heads_q; ++n)
+          tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), i0, cost});
+      }
+    } else if (sq > 0 || skv > 0) {
+      const int64_t cost = 1 + ceil_div(sq, kBlockQ) + ceil_div(skv, kBlockKV) + bwd_tiles(w, sq, skv) * 4;
+      for (int64_t n = 0; n < p.heads_q; ++n)
+        tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), 0, cost});
+    }
+  }
+  // Longest first; ties in (b, n, i0) order. Only the schedule depends on this order, never
+  // the numbers: every task computes its own outputs from scratch.
+  std::stable_sort(tasks->begin(), tasks->end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
+  plan->tasks = tasks->data();
+  plan->num_tasks = static_cast<int64_t>(tasks->size());
+  plan->slots = std::max<int64_t>(1, std::min<int64_t>(threads, std::max<int64_t>(1, plan->num_tasks)));
+
+  const bool f64 = plan->compute == Compute::kF64;
+  const bool pairs = plan->compute == Compute::kBf16Pairs;
+  const int64_t es = f64 ? 8 : pairs ? 2 : 4;  // operand element size
+  const int64_t ss = f64 ? 8 : 4;               // accumulator element size
+  const int64_t D = p.head_dim, Dv = p.head_dim_v;
+  const int64_t Dp = pad16(D), Dvp = pad16(Dv);
+  const int64_t D2 = (D + 1) / 2 * 2, Dv2 = (Dv + 1) / 2 * 2;  // pair-padded reduction dims
+  const int64_t Br = kBlockQ, Bc = kBlockKV;
+  constexpr int64_t kAlign = 64;
+  auto up = [](int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+
+  int64_t slot = 0;
+  if (!bwd) {
+    slot += up(D2 * Br * es);          // Qt
+    slot += up(Bc * Br * ss);          // scores / P (fp32)
+    slot += up(Bc * Br * es);          // P in operand format (bf16 pairs)
+    slot += up(Bc * Dvp * es);         // V pairs (bf16)
+    slot += up(Br * Dvp * ss);         // output accumulator
+    slot += 3 * up(Br * ss);           // m, l, alpha
+    slot += up((Dvp + Br) * 4);        // conversion scratch
+  } else {
+    const int64_t S1 = p.max_seqlen_q;
+    const int64_t S1p = pad16(S1) + Br;  // columns of the transposed Q / dO panels
+    slot += up(D2 * S1p * es);           // Qt
+    slot += up(Dv2 * S1p * es);          // dOt
+    if (pairs) {
+      slot += up(S1p * Dp * es);         // Q row pairs
+      slot += up(S1p * Dvp * es);        // dO row pairs
+      slot += up(Bc * Dp * es);          // K row pairs of one key tile
+    }
+    slot += up(2 * S1p * ss);            // lse*log2(e), Delta
+    slot += up(S1p * Dp * ss);           // dQ accumulator
+    slot += up(2 * Bc * Br * ss);        // scores, dP
+    slot += up(3 * Bc * Br * es);        // P, dS, dS interleaved (operand format)
+    slot += up(Bc * (Dp + Dvp) * ss);    // dK, dV accumulators
+    slot += up((Dp + Dvp) * 4);          // conversion scratch
+  }
+  WorkspaceLayout layout;
+  plan->slot_bytes = static_cast<uint64_t>(slot);
+  plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
+  for (int t = 0; t < 5; ++t) {
+    plan->stage_numel[t] = plan->stage ? numel[t] : 0;
+    plan->stage_offset[t] = plan->stage_numel[t] > 0 ? layout.reserve(static_cast<uint64_t>(numel[t]) * 4) : 0;
+  }
+  plan->partial_rows = 0;
+  if (bwd && p.group > 1) {
+    int64_t rows = 0;
+    if (plan->kv_batch_rows > 0) {
+      rows = p.batch * plan->kv_batch_rows;
+    } else {
+      for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.kv_start[b] + p.rows_kv[b]);
+    }
+    plan->partial_rows = rows;
+    plan->partial_offset = layout.reserve(static_cast<uint64_t>(rows * p.heads_q * (Dp + Dvp) * ss));
+  }
+  plan->workspace_bytes = layout.size();
+  return true;
+}
+
+}  // namespace flash
+}  // namespace op_plugin

@@ -1,0 +1,61 @@
+// Host-side plan of the flash attention engine: work split, workspace layout, kernel table.
+// Built by stage 1 (ISA-neutral code), frozen in the executor, read by the ISA kernels.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/flash_attention/flash_attention_params.h"
+
+namespace op_plugin {
+namespace flash {
+
+// How the kernels see the operands.
+enum class Compute : int32_t {
+  kF32 = 0,        // float operands, fp32 FMA (float inputs; fp16 / bf16 inputs staged to float)
+  kBf16Pairs = 1,  // bf16 operands, AVX512_BF16 vdpbf16ps with fp32 accumulation
+  kF64 = 2,        // double operands and accumulation
+};
+
+// One unit of work. Forward: (b, n, query block starting at row i0). Backward: (b, n), whole
+// head (i0 = 0): the task owns dQ of the head and one partial dK/dV of its kv head, so no two
+// tasks ever write the same element and nothing needs atomics.
+struct Task {
+  int32_t b;
+  int32_t n;
+  int64_t i0;
+  int64_t cost;  // tiles visited; tasks run longest first (LPT) from a shared queue
+};
+
+struct Plan {
+  Compute compute = Compute::kF32;
+  bool stage = false;            // inputs converted to float copies first (fp16, or bf16 without AVX512_BF16)
+  int64_t slots = 1;             // per-thread scratch regions (= max_threads() at stage 1)
+  const Task* tasks = nullptr;   // sorted by cost, descending
+  int64_t num_tasks = 0;
+  // workspace layout (byte offsets)
+  uint64_t slot_offset = 0, slot_bytes = 0;
+  uint64_t stage_offset[5] = {0, 0, 0, 0, 0};  // q, k, v, out, dout float copies
+  int64_t stage_numel[5] = {0, 0, 0, 0, 0};
+  uint64_t partial_offset = 0;   // backward GQA: fp32/fp64 dK|dV per (kv row, query head)
+  int64_t partial_rows = 0;      // rows of the partial buffer (all kv rows of all batches)
+  int64_t kv_batch_rows = 0;     // kv rows per batch in the kv tensor (0 for TND)
+  int64_t q_batch_rows = 0;      // q rows per batch (0 for TND)
+  uint64_t workspace_bytes = 0;
+};
+
+// Kernel table of one ISA level, chosen once by active_isa().
+struct Kernels {
+  const char* name;
+  bool bf16_pairs;  // has the kBf16Pairs compute path
+  void (*forward)(const FlashAttnFwdParams& p, const Plan& plan, void* workspace);
+  void (*backward)(const FlashAttnBwdParams& p, const Plan& plan, void* workspace);
+};
+const Kernels& kernels();
+
+// Builds the task list and workspace layout. `bwd` selects the backward plan; `numel` are the
+// element counts of q, k, v, out, dout (for staging). Returns false if sizes overflow.
+bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads,
+               std::vector<Task>* tasks, Plan* plan);
+
+}  // namespace flash
+}  // namespace op_plugin

@@ -1,0 +1,544 @@
+// Torch-free tests of flash_attn / flash_attn_grad (stage 1 + stage 2) against a naive
+// float64 reference. Covers BSND/BNSD/TND, MHA/GQA/MQA, Dv != D, mask modes 0/3/4 with several
+// windows, Sq != Skv, seqused, TND with empty sequences, sinks, tile-1/tile/tile+1 lengths, every
+// dtype, every ISA level this CPU has (the binary re-runs itself with OP_PLUGIN_ISA set), 1 vs 2
+// threads bitwise, and content errors. Prints "N passed, M failed" last; exits non-zero on failure.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/common/scalar_types.h"
+#include "op_plugin/ops/flash_attn.h"
+#include "op_plugin/ops/flash_attn_grad.h"
+
+using namespace op_plugin;
+
+static int g_pass = 0, g_fail = 0;
+#define EXPECT(cond, ...)                      \
+  do {                                         \
+    if (cond) {                                \
+      ++g_pass;                                \
+    } else {                                   \
+      ++g_fail;                                \
+      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      std::printf(__VA_ARGS__);                \
+      std::printf("\n");                       \
+    }                                          \
+  } while (0)
+
+// ---- a std::thread parallel backend ---------------------------------------------------------
+static int g_threads = 1;
+static thread_local int t_thread_num = 0;
+static int be_max_threads() { return g_threads; }
+static int be_thread_num() { return t_thread_num; }
+static void be_parallel_for(int64_t begin, int64_t end, int64_t grain, void (*body)(void*, int64_t, int64_t),
+                            void* ctx) {
+  const int64_t n = end - begin;
+  int64_t chunks = std::min<int64_t>(g_threads, (n + grain - 1) / grain);
+  if (chunks <= 1) { body(ctx, begin, end); return; }
+  const int64_t per = (n + chunks - 1) / chunks;
+  std::vector<std::thread> pool;
+  for (int64_t c = 1; c < chunks; ++c) {
+    const int64_t b = begin + c * per, e = std::min(end, b + per);
+    if (b >= e) break;
+    pool.emplace_back([=] { t_thread_num = static_cast<int>(c); body(ctx, b, e); t_thread_num = 0; });
+  }
+  body(ctx, begin, std::min(end, begin + per));
+  for (auto& t : pool) t.join();
+}
+static const opParallelBackend g_backend{be_max_threads, be_thread_num, be_parallel_for};
+
+// ---- tensors ------------------------------------------------------------------------------
+struct Buf {
+  std::vector<unsigned char> bytes;
+  opTensor t{};
+};
+static Buf make_buf(opDataType dt, std::vector<int64_t> shape) {
+  Buf b;
+  b.t.dtype = dt;
+  b.t.ndim = static_cast<int32_t>(shape.size());
+  int64_t n = 1;
+  for (int d = b.t.ndim - 1; d >= 0; --d) {
+    b.t.shape[d] = shape[d];
+    b.t.strides[d] = n;
+    n *= shape[d];
+  }
+  b.bytes.assign(static_cast<size_t>(n * dtype_size(dt)) + 64, 0);
+  b.t.data = b.bytes.data();
+  return b;
+}
+static double get(const Buf& b, int64_t i) {
+  switch (b.t.dtype) {
+    case OP_DT_FLOAT: return static_cast<const float*>(b.t.data)[i];
+    case OP_DT_DOUBLE: return static_cast<const double*>(b.t.data)[i];
+    case OP_DT_BF16: return to_float(static_cast<const BFloat16*>(b.t.data)[i]);
+    case OP_DT_FLOAT16: return to_float(static_cast<const Half*>(b.t.data)[i]);
+    case OP_DT_INT32: return static_cast<const int32_t*>(b.t.data)[i];
+    default: return 0;
+  }
+}
+static void set(Buf& b, int64_t i, double v) {
+  switch (b.t.dtype) {
+    case OP_DT_FLOAT: static_cast<float*>(b.t.data)[i] = static_cast<float>(v); break;
+    case OP_DT_DOUBLE: static_cast<double*>(b.t.data)[i] = v; break;
+    case OP_DT_BF16: static_cast<BFloat16*>(b.t.data)[i] = to_bfloat16(static_cast<float>(v)); break;
+    case OP_DT_FLOAT16: static_cast<Half*>(b.t.data)[i] = to_half(static_cast<float>(v)); break;
+    case OP_DT_INT32: static_cast<int32_t*>(b.t.data)[i] = static_cast<int32_t>(v); break;
+    default: break;
+  }
+}
+
+// ---- cases --------------------------------------------------------------------------------
+struct Case {
+  std::string layout = "BSND";
+  int64_t B = 1, N1 = 2, N2 = 2, D = 32, Dv = 32;
+  int64_t S1 = 17, S2 = 17;           // BSND/BNSD
+  std::vector<int64_t> lq, lkv;       // TND per-batch lengths
+  std::vector<int64_t> used_q, used_kv;
+  int64_t mode = 0, wl = -1, wr = -1;
+  bool sinks = false;
+  double scale = 0.2;
+  std::string out_layout;             // "" = same as layout
+};
+
+static std::string describe(const Case& c, opDataType dt) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s B=%ld N=%ld/%ld D=%ld Dv=%ld S=%ld/%ld mode=%ld w=(%ld,%ld) sinks=%d used=%d %s",
+                c.layout.c_str(), (long)c.B, (long)c.N1, (long)c.N2, (long)c.D, (long)c.Dv, (long)c.S1, (long)c.S2,
+                (long)c.mode, (long)c.wl, (long)c.wr, (int)c.sinks, (int)(!c.used_q.empty() || !c.used_kv.empty()),
+                dtype_name(dt));
+  return buf;
+}
+
+struct Geometry {
+  bool tnd;
+  int64_t B, T1, T2;
+  std::vector<int64_t> cq, ckv, sq, skv, rq, rkv;
+};
+static Geometry geometry(const Case& c) {
+  Geometry g;
+  g.tnd = c.layout == "TND";
+  g.B = g.tnd ? static_cast<int64_t>(c.lq.size()) : c.B;
+  g.cq.assign(g.B + 1, 0);
+  g.ckv.assign(g.B + 1, 0);
+  for (int64_t b = 0; b < g.B; ++b) {
+    g.rq.push_back(g.tnd ? c.lq[b] : c.S1);
+    g.rkv.push_back(g.tnd ? c.lkv[b] : c.S2);
+    g.cq[b + 1] = g.cq[b] + g.rq[b];
+    g.ckv[b + 1] = g.ckv[b] + g.rkv[b];
+    g.sq.push_back(c.used_q.empty() ? g.rq[b] : std::min(g.rq[b], c.used_q[b]));
+    g.skv.push_back(c.used_kv.empty() ? g.rkv[b] : std::min(g.rkv[b], c.used_kv[b]));
+  }
+  g.T1 = g.cq[g.B];
+  g.T2 = g.ckv[g.B];
+  return g;
+}
+// Flat index of (b, s, n, d) in a tensor of the layout with S rows per batch, N heads, dim Dd.
+static int64_t idx(const std::string& layout, const Geometry& g, bool kv, int64_t b, int64_t s, int64_t n, int64_t d,
+                   int64_t S, int64_t N, int64_t Dd) {
+  if (layout == "TND") return ((kv ? g.ckv[b] : g.cq[b]) + s) * N * Dd + n * Dd + d;
+  if (layout == "BSND") return ((b * S + s) * N + n) * Dd + d;
+  return ((b * N + n) * S + s) * Dd + d;
+}
+static std::vector<int64_t> shape_of(const std::string& layout, const Geometry& g, bool kv, int64_t S, int64_t N,
+                                     int64_t Dd) {
+  if (layout == "TND") return {kv ? g.T2 : g.T1, N, Dd};
+  if (layout == "BSND") return {g.B, S, N, Dd};
+  return {g.B, N, S, Dd};
+}
+
+struct Inputs {
+  Geometry g;
+  Buf q, k, v, dout, cu_q, cu_kv, used_q, used_kv, sinks, mask;
+};
+
+static Inputs make_inputs(const Case& c, opDataType dt, uint32_t seed) {
+  Inputs in;
+  in.g = geometry(c);
+  const Geometry& g = in.g;
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  in.q = make_buf(dt, shape_of(c.layout, g, false, c.S1, c.N1, c.D));
+  in.k = make_buf(dt, shape_of(c.layout, g, true, c.S2, c.N2, c.D));
+  in.v = make_buf(dt, shape_of(c.layout, g, true, c.S2, c.N2, c.Dv));
+  in.dout = make_buf(dt, shape_of(c.layout, g, false, c.S1, c.N1, c.Dv));
+  for (Buf* b : {&in.q, &in.k, &in.v, &in.dout})
+    for (int64_t i = 0; i < numel(b->t); ++i) set(*b, i, nd(rng) * (b == &in.q ? 2.0 : 1.0));
+  if (g.tnd) {
+    in.cu_q = make_buf(OP_DT_INT32, {g.B + 1});
+    in.cu_kv = make_buf(OP_DT_INT32, {g.B + 1});
+    for (int64_t b = 0; b <= g.B; ++b) { set(in.cu_q, b, g.cq[b]); set(in.cu_kv, b, g.ckv[b]); }
+  }
+  if (!c.used_q.empty()) { in.used_q = make_buf(OP_DT_INT32, {g.B}); for (int64_t b = 0; b < g.B; ++b) set(in.used_q, b, c.used_q[b]); }
+  if (!c.used_kv.empty()) { in.used_kv = make_buf(OP_DT_INT32, {g.B}); for (int64_t b = 0; b < g.B; ++b) set(in.used_kv, b, c.used_kv[b]); }
+  if (c.sinks) { in.sinks = make_buf(OP_DT_FLOAT, {c.N1}); for (int64_t n = 0; n < c.N1; ++n) set(in.sinks, n, nd(rng)); }
+  if (c.mode != 0) in.mask = make_buf(OP_DT_INT8, {2048, 2048});
+  return in;
+}
+
+// ---- float64 reference --------------------------------------------------------------------
+struct Ref {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+static bool allowed(const Case& c, int64_t i, int64_t j, int64_t sq, int64_t skv) {
+  const int64_t o = skv - sq;
+  int64_t l = c.wl, r = c.wr;
+  if (c.mode == 0) { l = -1; r = -1; }
+  if (c.mode == 3) { l = -1; r = 0; }
+  if (l >= 0 && j < i + o - l) return false;
+  if (r >= 0 && j > i + o + r) return false;
+  return j >= 0 && j < skv;
+}
+// out/lse use the layout of q; `lse_in`/`out_in` (if given) replace the reference's own for the grad.
+static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const Buf* lse_in, double scale_bwd) {
+  const Geometry& g = in.g;
+  const std::string& L = c.layout;
+  Ref r;
+  r.out.assign(numel(in.dout.t), 0.0);
+  r.lse.assign(static_cast<size_t>(c.N1 * (g.tnd ? g.T1 : g.B * c.S1)), INFINITY);
+  r.dq.assign(numel(in.q.t), 0.0);
+  r.dk.assign(numel(in.k.t), 0.0);
+  r.dv.assign(numel(in.v.t), 0.0);
+  const int64_t grp = c.N1 / c.N2;
+  for (int64_t b = 0; b < g.B; ++b) {
+    const int64_t sq = g.sq[b], skv = g.skv[b];
+    for (int64_t n = 0; n < c.N1; ++n) {
+      const int64_t h = n / grp;
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t li = g.tnd ? n * g.T1 + g.cq[b] + i : (b * c.N1 + n) * c.S1 + i;
+        std::vector<double> s(skv, -INFINITY);
+        double m = c.sinks ? get(in.sinks, n) : -INFINITY;
+        bool any = false;
+        for (int64_t j = 0; j < skv; ++j) {
+          if (!allowed(c, i, j, sq, skv)) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < c.D; ++d)
+            dot += get(in.q, idx(L, g, false, b, i, n, d, c.S1, c.N1, c.D)) * get(in.k, idx(L, g, true, b, j, h, d, c.S2, c.N2, c.D));
+          s[j] = dot * c.scale;
+          m = std::max(m, s[j]);
+          any = true;
+        }
+        if (!any) continue;  // out 0, lse +inf
+        double l = c.sinks ? std::exp(get(in.sinks, n) - m) : 0.0;
+        for (int64_t j = 0; j < skv; ++j) if (s[j] > -INFINITY) l += std::exp(s[j] - m);
+        r.lse[li] = m + std::log(l);
+        for (int64_t e = 0; e < c.Dv; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < skv; ++j)
+            if (s[j] > -INFINITY) acc += std::exp(s[j] - m) / l * get(in.v, idx(L, g, true, b, j, h, e, c.S2, c.N2, c.Dv));
+          r.out[idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv)] = acc;
+        }
+        if (!out_in) continue;
+        // backward with the given attn_out / lse
+        const double lse = get(*lse_in, li);
+        double Di = 0;
+        for (int64_t e = 0; e < c.Dv; ++e) {
+          const int64_t oi = idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv);
+          Di += get(in.dout, oi) * get(*out_in, oi);
+        }
+        for (int64_t j = 0; j < skv; ++j) {
+          if (!allowed(c, i, j, sq, skv)) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < c.D; ++d)
+            dot += get(in.q, idx(L, g, false, b, i, n, d, c.S1, c.N1, c.D)) * get(in.k, idx(L, g, true, b, j, h, d, c.S2, c.N2, c.D));
+          const double p = std::exp(dot * scale_bwd - lse);
+          double dp = 0;
+          for (int64_t e = 0; e < c.Dv; ++e)
+            dp += get(in.dout, idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv)) * get(in.v, idx(L, g, true, b, j, h, e, c.S2, c.N2, c.Dv));
+          const double ds = p * (dp - Di);
+          for (int64_t e = 0; e < c.Dv; ++e)
+            r.dv[idx(L, g, true, b, j, h, e, c.S2, c.N2, c.Dv)] += p * get(in.dout, idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv));
+          for (int64_t d = 0; d < c.D; ++d) {
+            r.dq[idx(L, g, false, b, i, n, d, c.S1, c.N1, c.D)] += scale_bwd * ds * get(in.k, idx(L, g, true, b, j, h, d, c.S2, c.N2, c.D));
+            r.dk[idx(L, g, true, b, j, h, d, c.S2, c.N2, c.D)] += scale_bwd * ds * get(in.q, idx(L, g, false, b, i, n, d, c.S1, c.N1, c.D));
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// ---- running the ops ----------------------------------------------------------------------
+struct FwdResult {
+  opStatus status = OP_SUCCESS;
+  Buf out, lse;
+};
+static const opTensor* opt(const Buf& b) { return b.t.data ? &b.t : nullptr; }
+
+static FwdResult run_fwd(const Case& c, const Inputs& in, opDataType dt) {
+  FwdResult r;
+  const Geometry& g = in.g;
+  const std::string ol = c.out_layout.empty() ? c.layout : c.out_layout;
+  r.out = make_buf(dt, shape_of(ol, g, false, c.S1, c.N1, c.Dv));
+  r.lse = make_buf(dt == OP_DT_DOUBLE ? OP_DT_DOUBLE : OP_DT_FLOAT,
+                   g.tnd ? std::vector<int64_t>{c.N1, g.T1} : std::vector<int64_t>{g.B, c.N1, c.S1});
+  uint64_t ws_size = 0;
+  opExecutor* ex = nullptr;
+  r.status = FlashAttnGetWorkspaceSize(&in.q.t, &in.k.t, &in.v.t, nullptr, opt(in.cu_q), opt(in.cu_kv), opt(in.used_q),
+                                       opt(in.used_kv), opt(in.sinks), opt(in.mask), nullptr, c.scale, c.mode, c.wl, c.wr,
+                                       -1, -1, c.layout.c_str(), c.layout.c_str(), ol.c_str(), true, &r.out.t, &r.lse.t,
+                                       &ws_size, &ex);
+  if (r.status != OP_SUCCESS) return r;
+  std::vector<unsigned char> ws(ws_size + 64);
+  r.status = FlashAttn(ws.data(), ws_size, ex, nullptr);
+  return r;
+}
+
+struct BwdResult {
+  opStatus status = OP_SUCCESS;
+  Buf dq, dk, dv;
+};
+static BwdResult run_bwd(const Case& c, const Inputs& in, opDataType dt, const Buf& out, const Buf& lse, double scale) {
+  BwdResult r;
+  r.dq = make_buf(dt, std::vector<int64_t>(in.q.t.shape, in.q.t.shape + in.q.t.ndim));
+  r.dk = make_buf(dt, std::vector<int64_t>(in.k.t.shape, in.k.t.shape + in.k.t.ndim));
+  r.dv = make_buf(dt, std::vector<int64_t>(in.v.t.shape, in.v.t.shape + in.v.t.ndim));
+  // poison outputs: the kernel must write every element
+  std::memset(r.dq.bytes.data(), 0x7f, r.dq.bytes.size() - 64);
+  std::memset(r.dk.bytes.data(), 0x7f, r.dk.bytes.size() - 64);
+  std::memset(r.dv.bytes.data(), 0x7f, r.dv.bytes.size() - 64);
+  uint64_t ws_size = 0;
+  opExecutor* ex = nullptr;
+  const char* L = c.layout.c_str();
+  r.status = FlashAttnGradGetWorkspaceSize(&in.q.t, &in.k.t, &in.v.t, &in.dout.t, &out.t, &lse.t, opt(in.cu_q),
+                                           opt(in.cu_kv), opt(in.used_q), opt(in.used_kv), opt(in.sinks), opt(in.mask),
+                                           nullptr, scale, c.mode, c.wl, c.wr, -1, -1, L, L, L, &r.dq.t, &r.dk.t,
+                                           &r.dv.t, &ws_size, &ex);
+  if (r.status != OP_SUCCESS) return r;
+  std::vector<unsigned char> ws(ws_size + 64);
+  r.status = FlashAttnGrad(ws.data(), ws_size, ex, nullptr);
+  return r;
+}
+
+static double tol_of(opDataType dt) {
+  switch (dt) {
+    case OP_DT_DOUBLE: return 1e-9;
+    case OP_DT_FLOAT: return 2e-5;
+    case OP_DT_FLOAT16: return 4e-3;
+    default: return 2.5e-2;
+  }
+}
+
+// max |a - ref| / max(max |ref|, 0.1), with +inf required to match exactly.
+static bool compare(const char* what, const Buf& got, const std::vector<double>& ref, double tol, const std::string& desc,
+                    const std::vector<int64_t>* remap = nullptr) {
+  double ref_max = 0;
+  for (double x : ref) if (std::isfinite(x)) ref_max = std::max(ref_max, std::fabs(x));
+  double worst = 0;
+  int64_t worst_i = -1;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double gv = get(got, remap ? (*remap)[i] : static_cast<int64_t>(i));
+    if (std::isinf(ref[i])) {
+      if (!(std::isinf(gv) && gv > 0)) { worst = INFINITY; worst_i = static_cast<int64_t>(i); break; }
+      continue;
+    }
+    const double e = std::fabs(gv - ref[i]);
+    if (!(e <= worst)) { worst = std::isnan(e) ? INFINITY : e; worst_i = static_cast<int64_t>(i); }
+  }
+  const double rel = worst / std::max(ref_max, 0.1);  // data are O(1): floor the scale
+  const bool ok = rel <= tol;
+  EXPECT(ok, "%s: %s rel err %.3g (tol %.3g) at %ld (got %g want %g)", desc.c_str(), what, rel, tol, (long)worst_i,
+         worst_i >= 0 ? get(got, remap ? (*remap)[worst_i] : worst_i) : 0.0, worst_i >= 0 ? ref[worst_i] : 0.0);
+  return ok;
+}
+
+static void run_case(const Case& c, opDataType dt, bool check_threads, uint32_t seed) {
+  const std::string desc = describe(c, dt);
+  Inputs in = make_inputs(c, dt, seed);
+  g_threads = 1;
+  FwdResult f = run_fwd(c, in, dt);
+  EXPECT(f.status == OP_SUCCESS, "%s: forward status %d: %s", desc.c_str(), f.status, opGetLastErrorMessage());
+  if (f.status != OP_SUCCESS) return;
+  Ref ref = reference(c, in, nullptr, nullptr, 0);
+  const double tol = tol_of(dt);
+  // out may be in another layout (BNSD in -> BSND out): remap reference indices.
+  std::vector<int64_t> remap;
+  const std::vector<int64_t>* rm = nullptr;
+  if (!c.out_layout.empty() && c.out_layout != c.layout) {
+    remap.resize(ref.out.size());
+    for (int64_t b = 0; b < in.g.B; ++b)
+      for (int64_t n = 0; n < c.N1; ++n)
+        for (int64_t s = 0; s < c.S1; ++s)
+          for (int64_t e = 0; e < c.Dv; ++e)
+            remap[idx(c.layout, in.g, false, b, s, n, e, c.S1, c.N1, c.Dv)] = idx(c.out_layout, in.g, false, b, s, n, e, c.S1, c.N1, c.Dv);
+    rm = &remap;
+  }
+  compare("out", f.out, ref.out, tol, desc, rm);
+  std::vector<double> lse_ref = ref.lse;
+  compare("lse", f.lse, lse_ref, dt == OP_DT_DOUBLE ? 1e-9 : 2e-5, desc);
+  if (rm) return;  // grad needs equal layouts
+
+  // backward, fed with the kernel's own out / lse
+  const double scale_bwd = c.scale;
+  BwdResult bw = run_bwd(c, in, dt, f.out, f.lse, scale_bwd);
+  EXPECT(bw.status == OP_SUCCESS, "%s: backward status %d: %s", desc.c_str(), bw.status, opGetLastErrorMessage());
+  if (bw.status != OP_SUCCESS) return;
+  Ref rb = reference(c, in, &f.out, &f.lse, scale_bwd);
+  const double gt = dt == OP_DT_FLOAT ? 1e-4 : tol * 1.5;
+  compare("dq", bw.dq, rb.dq, gt, desc);
+  compare("dk", bw.dk, rb.dk, gt, desc);
+  compare("dv", bw.dv, rb.dv, gt, desc);
+
+  if (check_threads) {
+    g_threads = 2;
+    FwdResult f2 = run_fwd(c, in, dt);
+    BwdResult b2 = run_bwd(c, in, dt, f.out, f.lse, scale_bwd);
+    g_threads = 1;
+    EXPECT(f2.status == OP_SUCCESS && b2.status == OP_SUCCESS, "%s: 2-thread status", desc.c_str());
+    const bool same = f2.out.bytes == f.out.bytes && f2.lse.bytes == f.lse.bytes && b2.dq.bytes == bw.dq.bytes &&
+                      b2.dk.bytes == bw.dk.bytes && b2.dv.bytes == bw.dv.bytes;
+    EXPECT(same, "%s: 1 vs 2 threads not bitwise identical", desc.c_str());
+  }
+}
+
+static void test_errors() {
+  Case c;
+  c.layout = "TND";
+  c.lq = {5, 7};
+  c.lkv = {6, 4};
+  Inputs in = make_inputs(c, OP_DT_FLOAT, 1);
+  // bad cu_seqlens contents
+  const struct { int64_t i; int v; const char* what; } bad[] = {{0, 1, "start"}, {1, 20, "decreasing"}, {2, 11, "end"}};
+  for (const auto& bc : bad) {
+    Inputs b2 = make_inputs(c, OP_DT_FLOAT, 1);
+    set(b2.cu_q, bc.i, bc.v);
+    FwdResult f = run_fwd(c, b2, OP_DT_FLOAT);
+    EXPECT(f.status == OP_ERR_PARAM_INVALID && std::strstr(opGetLastErrorMessage(), "cu_seqlens_q"),
+           "bad cu_seqlens_q (%s) gives %d: %s", bc.what, f.status, opGetLastErrorMessage());
+    Buf out = make_buf(OP_DT_FLOAT, {12, 2, 32}), lse = make_buf(OP_DT_FLOAT, {2, 12});
+    BwdResult bw = run_bwd(c, b2, OP_DT_FLOAT, out, lse, 0.0);
+    EXPECT(bw.status == OP_ERR_PARAM_INVALID && std::strstr(opGetLastErrorMessage(), "cu_seqlens_q"),
+           "grad: bad cu_seqlens_q (%s) gives %d: %s", bc.what, bw.status, opGetLastErrorMessage());
+  }
+  {
+    Inputs b2 = make_inputs(c, OP_DT_FLOAT, 1);
+    set(b2.cu_kv, 1, 11);
+    FwdResult f = run_fwd(c, b2, OP_DT_FLOAT);
+    EXPECT(f.status == OP_ERR_PARAM_INVALID && std::strstr(opGetLastErrorMessage(), "cu_seqlens_kv"),
+           "bad cu_seqlens_kv gives %d: %s", f.status, opGetLastErrorMessage());
+  }
+  {
+    Case s;
+    s.used_q = {18};
+    Inputs b2 = make_inputs(s, OP_DT_FLOAT, 1);
+    FwdResult f = run_fwd(s, b2, OP_DT_FLOAT);
+    EXPECT(f.status == OP_ERR_PARAM_INVALID && std::strstr(opGetLastErrorMessage(), "seqused_q"),
+           "seqused_q out of range gives %d: %s", f.status, opGetLastErrorMessage());
+    s.used_q.clear();
+    s.used_kv = {-1};
+    Inputs b3 = make_inputs(s, OP_DT_FLOAT, 1);
+    f = run_fwd(s, b3, OP_DT_FLOAT);
+    EXPECT(f.status == OP_ERR_PARAM_INVALID && std::strstr(opGetLastErrorMessage(), "seqused_kv"),
+           "seqused_kv negative gives %d: %s", f.status, opGetLastErrorMessage());
+  }
+  {
+    Case m;
+    m.mode = 5;
+    Inputs b2 = make_inputs(m, OP_DT_FLOAT, 1);
+    FwdResult f = run_fwd(m, b2, OP_DT_FLOAT);
+    EXPECT(f.status == OP_ERR_PARAM_INVALID && std::strstr(opGetLastErrorMessage(), "mask_mode only supports 0, 3, 4, but got 5."),
+           "mask_mode 5 gives %d: %s", f.status, opGetLastErrorMessage());
+  }
+  {
+    uint64_t ws = 0;
+    opExecutor* ex = nullptr;
+    Buf out = make_buf(OP_DT_FLOAT, {1, 17, 2, 32}), lse = make_buf(OP_DT_FLOAT, {1, 2, 17});
+    Case d;
+    Inputs b2 = make_inputs(d, OP_DT_FLOAT, 1);
+    opStatus st = FlashAttnGetWorkspaceSize(nullptr, &b2.k.t, &b2.v.t, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                            nullptr, nullptr, nullptr, 1.0, 0, -1, -1, -1, -1, "BSND", "BSND", "BSND",
+                                            true, &out.t, &lse.t, &ws, &ex);
+    EXPECT(st == OP_ERR_PARAM_NULLPTR, "null q gives %d", st);
+    Buf k16 = make_buf(OP_DT_FLOAT16, {1, 17, 2, 32});
+    st = FlashAttnGetWorkspaceSize(&b2.q.t, &k16.t, &b2.v.t, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, nullptr, 1.0, 0, -1, -1, -1, -1, "BSND", "BSND", "BSND", true, &out.t,
+                                   &lse.t, &ws, &ex);
+    EXPECT(st == OP_ERR_PARAM_INVALID && std::strstr(opGetLastErrorMessage(), "dtype of k must be the same as q"),
+           "k dtype mismatch gives %d: %s", st, opGetLastErrorMessage());
+  }
+}
+
+static std::vector<Case> cases() {
+  std::vector<Case> cs;
+  auto add = [&](Case c) { cs.push_back(c); };
+  // dense / causal / window, BSND, tile boundaries (kBlockQ 64, kBlockKV 96)
+  for (int64_t S : {1, 63, 64, 65, 95, 96, 97}) {
+    Case c; c.S1 = S; c.S2 = S; c.mode = (S % 2) ? 3 : 0; add(c);
+  }
+  { Case c; c.S1 = 130; c.S2 = 200; c.mode = 3; add(c); }        // Sq < Skv causal
+  { Case c; c.S1 = 200; c.S2 = 70; c.mode = 3; add(c); }         // Sq > Skv causal: empty top rows
+  { Case c; c.S1 = 150; c.S2 = 150; c.mode = 4; c.wl = 20; c.wr = 5; add(c); }
+  { Case c; c.S1 = 150; c.S2 = 190; c.mode = 4; c.wl = -1; c.wr = 3; add(c); }
+  { Case c; c.S1 = 150; c.S2 = 120; c.mode = 4; c.wl = 7; c.wr = -1; add(c); }
+  { Case c; c.S1 = 100; c.S2 = 100; c.mode = 4; c.wl = 0; c.wr = 0; add(c); }
+  { Case c; c.S1 = 100; c.S2 = 100; c.mode = 4; c.wl = -1; c.wr = -1; add(c); }
+  // layouts, GQA / MQA, Dv != D, odd dims
+  { Case c; c.layout = "BNSD"; c.B = 2; c.N1 = 4; c.N2 = 2; c.S1 = 70; c.S2 = 110; c.mode = 3; add(c); }
+  { Case c; c.layout = "BNSD"; c.out_layout = "BSND"; c.B = 2; c.N1 = 2; c.N2 = 1; c.S1 = 33; c.S2 = 40; add(c); }
+  { Case c; c.B = 2; c.N1 = 6; c.N2 = 1; c.D = 40; c.Dv = 24; c.S1 = 66; c.S2 = 97; c.mode = 4; c.wl = 30; c.wr = 2; add(c); }
+  { Case c; c.N1 = 3; c.N2 = 3; c.D = 20; c.Dv = 12; c.S1 = 45; c.S2 = 45; c.mode = 3; add(c); }
+  { Case c; c.N1 = 2; c.N2 = 1; c.D = 7; c.Dv = 5; c.S1 = 20; c.S2 = 30; add(c); }  // odd dims
+  // seqused and sinks
+  { Case c; c.B = 3; c.S1 = 80; c.S2 = 100; c.used_q = {80, 0, 33}; c.used_kv = {50, 100, 0}; c.mode = 3; add(c); }
+  { Case c; c.B = 2; c.S1 = 70; c.S2 = 70; c.sinks = true; c.mode = 4; c.wl = 10; c.wr = 0; add(c); }
+  { Case c; c.N1 = 4; c.N2 = 2; c.S1 = 40; c.S2 = 100; c.sinks = true; add(c); }
+  // TND with empty sequences, GQA, windows, seqused
+  { Case c; c.layout = "TND"; c.lq = {5, 0, 64, 97, 1}; c.lkv = {7, 3, 64, 120, 0}; c.N1 = 4; c.N2 = 2; c.mode = 3; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {30, 65, 0}; c.lkv = {30, 65, 10}; c.mode = 4; c.wl = 9; c.wr = 4; c.sinks = true; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {40, 50}; c.lkv = {60, 20}; c.used_q = {30, 60}; c.used_kv = {60, 5}; c.D = 48; c.Dv = 16; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {150}; c.lkv = {150}; c.N1 = 2; c.N2 = 1; c.D = 64; c.Dv = 64; c.mode = 3; add(c); }
+  return cs;
+}
+
+static int run_all_here() {
+  opSetParallelBackend(&g_backend);
+  std::printf("ISA %s\n", isa_name(active_isa()));
+  test_errors();
+  const opDataType dts[] = {OP_DT_FLOAT, OP_DT_BF16, OP_DT_FLOAT16, OP_DT_DOUBLE};
+  const std::vector<Case> cs = cases();
+  uint32_t seed = 7;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    for (opDataType dt : dts) {
+      // every case in float and bf16; float16 / float64 on every other case to stay fast
+      if ((dt == OP_DT_FLOAT16 || dt == OP_DT_DOUBLE) && (i % 2) != 0) continue;
+      run_case(cs[i], dt, dt == OP_DT_FLOAT || (i % 3) == 0, seed++);
+    }
+  }
+  std::printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--here") == 0) return run_all_here();
+  // Re-run this binary once per ISA level available here (OP_PLUGIN_ISA caps the level).
+  const Isa best = active_isa();
+  int passed = 0, failed = 0;
+  for (Isa level : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (static_cast<int>(level) > static_cast<int>(best)) continue;
+    const std::string cmd = std::string("OP_PLUGIN_ISA=") + isa_name(level) + " '" + argv[0] + "' --here 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) { ++failed; continue; }
+    char line[1024];
+    int p = 0, f = -1;
+    while (std::fgets(line, sizeof line, pipe)) {
+      if (std::sscanf(line, "%d passed, %d failed", &p, &f) == 2) continue;
+      std::fputs(line, stdout);
+    }
+    const int rc = pclose(pipe);
+    if (f < 0 || rc != 0) {
+      std::printf("ISA %s: child failed (rc %d)\n", isa_name(level), rc);
+      if (f <= 0) f = 1;
+    }
+    std::printf("ISA %s: %d passed, %d failed\n", isa_name(level), p, f);
+    passed += p;
+    failed += f;
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
