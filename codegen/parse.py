@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import keyword
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
@@ -12,7 +13,7 @@ from torchgen.model import BaseTy, BaseType, FunctionSchema
 from codegen import expr as E
 from codegen.model import (AutogradPair, BackwardInput, Check, Let, Location, OpEntry, OutputRule,
                            Registry, Rule)
-from codegen.yaml_loader import LINE_KEY, DuplicateKeyError, load
+from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "tags", "doc"}
 CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let"}
@@ -20,7 +21,7 @@ OUTPUT_KEYS = {"shape", "dtype", "like"}
 AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable"}
 PYTHON_KEYS = {"returns"}
 KNOWN_TAGS = {"pt2_compliant_tag", "nondeterministic_seeded", "needs_fixed_stride_order"}
-META_KEYS = {LINE_KEY, "__key_lines__"}
+META_KEYS = {LINE_KEY, KEY_LINES}
 
 
 class RegistryError(Exception):
@@ -42,21 +43,36 @@ class _Errors:
 
     @contextmanager
     def collect(self, line: int, op: str) -> Iterator[None]:
-        """Records an expression error at ``line`` and goes on with the next rule."""
+        """Records an expression error at ``line`` (or the line an ``_At`` names) and goes on."""
         try:
             yield
-        except (E.ExprError, _Invalid) as e:
+        except _Invalid as e:
+            self.add(e.line or line, op, str(e))
+        except E.ExprError as e:
             self.add(line, op, str(e))
 
 
 class _Invalid(Exception):
-    pass
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.line = line
 
 
-def _line(d: dict[str, Any], key: Optional[str] = None) -> int:
+@contextmanager
+def _at(line: int, prefix: str = "") -> Iterator[None]:
+    """Errors raised inside name ``line`` (the key they are about), not the enclosing item's."""
+    try:
+        yield
+    except E.ExprError as e:
+        raise _Invalid(prefix + str(e), line) from None
+
+
+def _line(d: Any, key: Optional[str] = None, default: int = 0) -> int:
+    if not isinstance(d, dict):
+        return default
     if key is not None:
-        return int(d.get("__key_lines__", {}).get(key, d.get(LINE_KEY, 0)))
-    return int(d.get(LINE_KEY, 0))
+        return int(d.get(KEY_LINES, {}).get(key, d.get(LINE_KEY, default)))
+    return int(d.get(LINE_KEY, default))
 
 
 def _keys(d: dict[str, Any]) -> list[str]:
@@ -72,33 +88,61 @@ def load_registry(path: str, display_path: Optional[str] = None) -> Registry:
 def parse_registry(text: str, path: str) -> Registry:
     errors = _Errors(path)
     try:
-        data = load(text)
-    except DuplicateKeyError as e:
-        raise RegistryError([f"{path}:{e.line}: duplicate key {e.key!r}"]) from None
+        doc = load_document(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise RegistryError([f"{where}: invalid YAML: {e.problem or e.context}"]) from None
     except yaml.YAMLError as e:
         raise RegistryError([f"{path}: invalid YAML: {e}"]) from None
-    if data is None:
-        data = []
+    data = [] if doc.data is None else doc.data
     if not isinstance(data, list):
         raise RegistryError([f"{path}:1: the registry must be a list of op entries"])
 
     lines = text.splitlines(keepends=True)
-    starts = [_line(e) for e in data if isinstance(e, dict)] + [len(lines) + 1]
+    starts = doc.item_lines + [len(lines) + 1]
+    for key, line in doc.duplicates:
+        index = max((i for i, s in enumerate(doc.item_lines) if s <= line), default=-1)
+        op = _name_hint(data[index]) if index >= 0 else ""
+        errors.add(line, op, f"duplicate key {key!r}")
     ops: list[OpEntry] = []
+    autograd_lines: dict[str, dict[str, int]] = {}
     for index, entry in enumerate(data):
         if not isinstance(entry, dict):
-            errors.add(0, "", f"entry {index} is not a mapping")
+            errors.add(starts[index], "", f"an entry must be a mapping with 'func:', got {entry!r}")
             continue
-        start = _line(entry)
-        entry_text = "".join(lines[start - 1: starts[index + 1] - 1])
+        entry_text = "".join(lines[starts[index] - 1: starts[index + 1] - 1])
         op = _parse_entry(entry, entry_text, path, errors)
         if op is not None:
             ops.append(op)
-    _check_across_entries(ops, errors)
+            autograd_lines.setdefault(op.name, _autograd_lines(entry))
+    _check_across_entries(ops, errors, autograd_lines)
     if errors.items:
         raise RegistryError([m for _, m in sorted(errors.items, key=lambda x: x[0])])
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     return Registry(path=path, ops=tuple(ops), registry_hash=digest)
+
+
+def _name_hint(entry: Any) -> str:
+    """The op name an entry's ``func:`` starts with, for errors found before (or without) parsing it."""
+    func = entry.get("func") if isinstance(entry, dict) else None
+    if not isinstance(func, str):
+        return ""
+    name = func.split("(", 1)[0].strip()
+    return name if name.replace(".", "_").isidentifier() else ""
+
+
+def _autograd_lines(entry: dict[str, Any]) -> dict[str, int]:
+    """Lines of the autograd keys and of each name under inputs/grads, for the cross-entry checks."""
+    spec = entry.get("autograd")
+    if not isinstance(spec, dict):
+        return {}
+    out = {k: _line(spec, k) for k in _keys(spec)}
+    for sub in ("inputs", "grads"):
+        if isinstance(spec.get(sub), dict):
+            out.update({f"{sub}.{k}": _line(spec[sub], k, out[sub]) for k in _keys(spec[sub])})
+    out[""] = _line(entry, "autograd")
+    return out
 
 
 def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors) -> Optional[OpEntry]:
@@ -107,12 +151,17 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors)
     if not isinstance(func_text, str):
         errors.add(line, "", "every entry needs a 'func:' schema string")
         return None
+    func_line = _line(e, "func")
     try:
         func = FunctionSchema.parse(func_text)
     except Exception as ex:  # torchgen raises AssertionError/RuntimeError with its reason
-        errors.add(_line(e, "func"), "", f"cannot parse schema {func_text!r}: {ex}")
+        errors.add(func_line, _name_hint(e), f"cannot parse schema {func_text!r}: {ex}")
         return None
     name = str(func.name)
+    problem = _unsupported_schema(func)
+    if problem:
+        errors.add(func_line, name, problem)
+        return None
     for k in _keys(e):
         if k not in ENTRY_KEYS:
             errors.add(_line(e, k), name, f"unknown key {k!r}; known keys: {', '.join(sorted(ENTRY_KEYS))}")
@@ -125,11 +174,13 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors)
 
     env: dict[str, str] = {}
     for a in func.arguments.flat_all:
-        with errors.collect(line, name):
+        try:
             env[a.name] = E.kind_of_type(a.type)
+        except E.ExprError as ex:
+            errors.add(func_line, name, f"argument {a.name!r}: {ex}")
     for r in func.returns:
         if not (isinstance(r.type, BaseType) and r.type.name == BaseTy.Tensor):
-            errors.add(_line(e, "func"), name, f"return type {r.type} is not supported yet (Tensor only)")
+            errors.add(func_line, name, f"return type {r.type} is not supported yet (Tensor only)")
 
     rules: list[Rule] = []
     rules += _parse_dtypes(e, name, env, path, errors)
@@ -149,6 +200,26 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors)
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
                    entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16])
+
+
+def _unsupported_schema(func: FunctionSchema) -> str:
+    """What op_plugin's generator cannot handle in a schema torchgen accepts, or ''."""
+    if func.name.overload_name:
+        return f"overload names are not supported ({func.name}); give the op its own name"
+    if func.name.name.inplace or func.name.name.dunder_method:
+        return f"in-place and dunder ops are not supported ({func.name})"
+    if func.arguments.out:
+        return "out= arguments are not supported; outputs are returned"
+    names = [a.name for a in func.arguments.flat_all]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        return f"argument names must be unique, {', '.join(dups)} repeats"
+    if any(a.annotation is not None for a in func.arguments.flat_all) or any(
+            r.annotation is not None for r in func.returns):
+        return "alias annotations (Tensor(a), Tensor(a!)) are not supported; ops are functional"
+    if not func.returns:
+        return "an op must return at least one Tensor"
+    return ""
 
 
 def _parse_dtypes(e: dict[str, Any], op: str, env: dict[str, str], path: str, errors: _Errors) -> list[Rule]:
@@ -177,6 +248,13 @@ def _parse_dtypes(e: dict[str, Any], op: str, env: dict[str, str], path: str, er
     return rules
 
 
+def _expr_text(v: Any) -> str:
+    """An expression written as YAML: text, a number, or a flow list such as ``[T, H]``."""
+    if isinstance(v, list):
+        return "[" + ", ".join(_expr_text(x) for x in v) + "]"
+    return str(v)
+
+
 def _literal(v: Any) -> str:
     return repr(v) if isinstance(v, str) else str(v)
 
@@ -187,27 +265,37 @@ def _parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, er
         errors.add(_line(e, "checks"), op, "'checks:' must be a list")
         return []
     rules: list[Rule] = []
-    for item in items:
+    item_lines = getattr(items, "lines", [])
+    for index, item in enumerate(items):
         if not isinstance(item, dict):
-            errors.add(_line(e, "checks"), op, f"a check must be a mapping, got {item!r}")
+            line = item_lines[index] if index < len(item_lines) else _line(e, "checks")
+            errors.add(line, op, f"a check must be a mapping, got {item!r}")
             continue
         line = _line(item)
         loc = Location(path, line)
         for k in _keys(item):
             if k not in CHECK_KEYS:
                 errors.add(_line(item, k), op, f"unknown check key {k!r}; known: {', '.join(sorted(CHECK_KEYS))}")
-        with errors.collect(line, op):
-            if "let" in item:
-                lets = item["let"]
-                if not isinstance(lets, dict) or len(_keys(item)) != 1:
-                    raise _Invalid("'let:' must be a mapping of names to expressions, alone in its item")
-                for let_name in _keys(lets):
-                    if let_name in env or not let_name.isidentifier():
-                        raise _Invalid(f"let {let_name!r} clashes with an argument or is not a name")
-                    let_expr = E.parse_expr(str(lets[let_name]), env)
-                    env[let_name] = let_expr.kind
-                    rules.append(Let(let_name, let_expr, loc))
+        if "let" in item:
+            lets = item["let"]
+            if not isinstance(lets, dict) or len(_keys(item)) != 1:
+                errors.add(line, op, "'let:' must be a mapping of names to expressions, alone in its item")
                 continue
+            for let_name in _keys(lets):
+                let_line = _line(lets, let_name)
+                name = str(let_name)
+                if name in env or name in E.DTYPES or name in E.FUNCTIONS:
+                    errors.add(let_line, op, f"let {name!r} clashes with an argument, let, dtype or function name")
+                    continue
+                if not name.isidentifier() or keyword.iskeyword(name):
+                    errors.add(let_line, op, f"let {name!r} is not a name")
+                    continue
+                with errors.collect(let_line, op):
+                    let_expr = E.parse_expr(str(lets[let_name]), env)
+                    env[name] = let_expr.kind
+                    rules.append(Let(name, let_expr, Location(loc.file, let_line)))
+            continue
+        with errors.collect(line, op):
             rules.append(_parse_one_check(item, env, loc))
     return rules
 
@@ -221,40 +309,61 @@ def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location) -
         if "error" not in item:
             raise _Invalid("an 'expr:' check needs an 'error:' text")
         default_text = ""
+        cond_line = _line(item, "expr")
     elif "arg" in item and len(sugar) == 1:
         arg = str(item["arg"])
         if arg not in env:
-            raise _Invalid(f"check names unknown argument {arg!r}")
+            raise _Invalid(f"check names unknown argument or let {arg!r}", _line(item, "arg"))
+        if E.base(env[arg]) not in (E.INT, E.FLOAT, E.BOOL, E.STR):
+            raise _Invalid(f"values/range/equals apply to int, float, bool and str values; {arg!r} is a {env[arg]} "
+                           "(write an 'expr:' check)", _line(item, "arg"))
         kind = sugar[0]
         value = item[kind]
+        cond_line = _line(item, kind)
         if kind == "values":
             if not isinstance(value, list) or not value:
-                raise _Invalid("'values:' must be a non-empty list")
-            subject = f"upper({arg})" if E.base(env[arg]) == E.STR else arg
+                raise _Invalid("'values:' must be a non-empty list", cond_line)
+            subject = arg
+            if E.base(env[arg]) == E.STR:
+                subject = f"upper({arg})"
+                lower = [v for v in value if not isinstance(v, str) or v != v.upper()]
+                if lower:
+                    raise _Invalid(f"values of str argument {arg!r} are compared with upper({arg}), so they must be "
+                                   f"upper-case strings: {', '.join(repr(v) for v in lower)}", cond_line)
             cond = f"{subject} in ({', '.join(_literal(v) for v in value)},)"
             default_text = f"{arg} must be one of {', '.join(str(v) for v in value)}, but got {{{arg}}}"
         elif kind == "range":
             if not isinstance(value, list) or len(value) != 2:
-                raise _Invalid("'range:' must be [low, high] (null for unbounded)")
+                raise _Invalid("'range:' must be [low, high] (null for unbounded)", cond_line)
             low, high = value
-            parts = ([f"{arg} >= {low}"] if low is not None else []) + ([f"{arg} <= {high}"] if high is not None else [])
+            parts = [f"{arg} >= {low}"] if low is not None else []
+            parts += [f"{arg} <= {high}"] if high is not None else []
             cond = " and ".join(parts) or "True"
-            default_text = f"{arg} must be in [{'-inf' if low is None else low}, {'inf' if high is None else high}], but got {{{arg}}}"
+            bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+            default_text = f"{arg} must be in {bounds}, but got {{{arg}}}"
         else:
             cond = f"{arg} == {value}"
             default_text = f"{arg} must equal {value} ({{{value}}}), but got {{{arg}}}"
+        if env[arg].endswith(E.OPTIONAL):
+            cond = f"{arg} is None or ({cond})"  # sugar constrains a value only when one is given
     else:
         raise _Invalid("a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals")
-    check_expr = E.parse_expr(cond, env)
+    with _at(cond_line):
+        check_expr = E.parse_expr(cond, env)
     if check_expr.kind != E.BOOL:
-        raise _Invalid(f"check {cond!r} must be a condition, not a {check_expr.kind}")
-    when = E.parse_expr(str(item["when"]), env) if "when" in item else None
-    if when is not None and when.kind != E.BOOL:
-        raise _Invalid("'when:' must be a condition")
+        raise _Invalid(f"check {cond!r} must be a condition (bool), but it is {check_expr.kind}", cond_line)
+    when = None
+    if "when" in item:
+        with _at(_line(item, "when")):
+            when = E.parse_expr(str(item["when"]), env)
+        if when.kind != E.BOOL:
+            raise _Invalid(f"'when:' must be a condition (bool), but it is {when.kind}", _line(item, "when"))
     strict = item.get("strict", False)
     if not isinstance(strict, bool):
-        raise _Invalid("'strict:' must be true or false")
-    return Check(check_expr, E.parse_message(str(item.get("error", default_text)), env), strict, when, loc)
+        raise _Invalid("'strict:' must be true or false", _line(item, "strict"))
+    with _at(_line(item, "error")):
+        message = E.parse_message(str(item.get("error", default_text)), env)
+    return Check(check_expr, message, strict, when, loc)
 
 
 def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[str, str], path: str,
@@ -276,22 +385,36 @@ def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[s
         rule = spec[out]
         out_line = _line(spec, out)
         with errors.collect(out_line, op):
-            if not isinstance(rule, dict) or any(k not in OUTPUT_KEYS for k in _keys(rule)):
-                raise _Invalid(f"outputs: {out} takes 'like: ARG' or 'shape:' and 'dtype:'")
+            if not isinstance(rule, dict):
+                raise _Invalid(f"outputs: {out} takes 'like: ARG' or 'shape:' and 'dtype:', got {rule!r}")
+            unknown = [k for k in _keys(rule) if k not in OUTPUT_KEYS]
+            if unknown:
+                raise _Invalid(f"outputs: {out}: unknown key {unknown[0]!r}; known: {', '.join(sorted(OUTPUT_KEYS))}",
+                               _line(rule, unknown[0]))
             if "like" in rule:
                 like = str(rule["like"])
-                shape = E.parse_expr(rule.get("shape", f"{like}.shape"), env)
-                dtype = E.parse_expr(rule.get("dtype", f"{like}.dtype"), env)
+                if E.base(env.get(like, "")) != E.TENSOR:
+                    raise _Invalid(f"outputs: {out}: 'like: {like}' does not name a tensor argument",
+                                   _line(rule, "like"))
+                shape_text = _expr_text(rule.get("shape", f"{like}.shape"))
+                dtype_text = _expr_text(rule.get("dtype", f"{like}.dtype"))
             else:
                 if "shape" not in rule or "dtype" not in rule:
                     raise _Invalid(f"outputs: {out} needs both 'shape:' and 'dtype:' (or 'like:')")
-                dtype_text = str(rule["dtype"])
-                if dtype_text in env and E.base(env[dtype_text]) == E.TENSOR:
-                    dtype_text += ".dtype"  # `dtype: q` means q's dtype
-                shape = E.parse_expr(str(rule["shape"]), env)
+                shape_text = _expr_text(rule["shape"])
+                dtype_text = _expr_text(rule["dtype"])
+            if dtype_text in env and E.base(env[dtype_text]) == E.TENSOR:
+                dtype_text += ".dtype"  # `dtype: q` means q's dtype
+            with _at(_line(rule, "shape"), f"outputs: {out}: "):
+                shape = E.parse_expr(shape_text, env)
+            if shape.kind != E.SHAPE:
+                raise _Invalid(f"outputs: {out}: shape {shape_text!r} must be a list [d0, d1, ...] or x.shape, "
+                               f"but it is {shape.kind}", _line(rule, "shape"))
+            with _at(_line(rule, "dtype"), f"outputs: {out}: "):
                 dtype = E.parse_expr(dtype_text, env)
-            if shape.kind != E.SHAPE or dtype.kind != E.DTYPE:
-                raise _Invalid(f"outputs: {out} shape must be a list or x.shape and dtype a dtype")
+            if dtype.kind != E.DTYPE:
+                raise _Invalid(f"outputs: {out}: dtype {dtype_text!r} must be a dtype, a tensor argument or "
+                               f"stats_dtype(x), but it is {dtype.kind}", _line(rule, "dtype"))
             rules.append(OutputRule(out, shape, dtype, Location(path, out_line)))
     return rules
 
@@ -299,12 +422,18 @@ def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[s
 def _parse_python(e: dict[str, Any], func: FunctionSchema, op: str, errors: _Errors) -> tuple[str, ...]:
     names = tuple(r.name or f"result{i}" for i, r in enumerate(func.returns))
     spec = e.get("python", {})
-    if not isinstance(spec, dict) or any(k not in PYTHON_KEYS for k in _keys(spec)):
+    if not isinstance(spec, dict):
         errors.add(_line(e, "python"), op, "'python:' takes only 'returns: [outputs the wrapper returns]'")
+        return names
+    unknown = [k for k in _keys(spec) if k not in PYTHON_KEYS]
+    for k in unknown:
+        errors.add(_line(spec, k), op, f"unknown python key {k!r}; known: {', '.join(sorted(PYTHON_KEYS))}")
+    if unknown:
         return names
     returns = spec.get("returns", list(names))
     if not isinstance(returns, list) or not returns or any(r not in names for r in returns):
-        errors.add(_line(spec, "returns"), op, f"python.returns must list some of {', '.join(names)}")
+        errors.add(_line(spec, "returns", _line(e, "python")), op,
+                   f"python.returns must list some of {', '.join(names)}, got {returns!r}")
         return names
     return tuple(returns)
 
@@ -343,8 +472,12 @@ def _parse_autograd(e: dict[str, Any], func: FunctionSchema, op: str, path: str,
                         non_differentiable=tuple(str(x) for x in non_diff), loc=Location(path, line))
 
 
-def _check_across_entries(ops: list[OpEntry], errors: _Errors) -> None:
-    """Names unique; autograd pairings name existing ops, arguments and outputs."""
+def _check_across_entries(ops: list[OpEntry], errors: _Errors,
+                          autograd_lines: Optional[dict[str, dict[str, int]]] = None) -> None:
+    """Names unique; autograd pairings name existing ops, arguments and outputs of the right kinds.
+
+    ``autograd_lines`` (op -> key -> line, from ``_autograd_lines``) lets each error name the line of
+    the key it is about; without it every error names the ``autograd:`` line."""
     by_name: dict[str, OpEntry] = {}
     kernels: dict[str, OpEntry] = {}
     for op in ops:
@@ -352,18 +485,23 @@ def _check_across_entries(ops: list[OpEntry], errors: _Errors) -> None:
             errors.add(op.loc.line, op.name, f"duplicate op (first defined at line {by_name[op.name].loc.line})")
         by_name.setdefault(op.name, op)
         if op.kernel and op.kernel in kernels:
-            errors.add(op.loc.line, op.name, f"kernel {op.kernel} is already used by {kernels[op.kernel].name}")
+            errors.add(op.loc.line, op.name, f"kernel {op.kernel} is already used by {kernels[op.kernel].name} "
+                       f"(line {kernels[op.kernel].loc.line})")
         kernels.setdefault(op.kernel, op)
     for i, op in enumerate(ops):
         pair = op.autograd
         if pair is None:
             continue
-        line = pair.loc.line
+        key_lines = (autograd_lines or {}).get(op.name, {})
+
+        def at(*keys: str, pair_line: int = pair.loc.line, key_lines: dict[str, int] = key_lines) -> int:
+            return next((key_lines[k] for k in keys if k in key_lines), pair_line)
+
         bwd = by_name.get(pair.backward)
         if bwd is None:
-            errors.add(line, op.name, f"autograd: backward op {pair.backward!r} is not in the registry")
+            errors.add(at("backward"), op.name, f"autograd: backward op {pair.backward!r} is not in the registry")
             continue
-        fwd_inputs = {a.name for a in op.func.arguments.flat_all}
+        fwd_kinds = {a.name: _kind(a.type) for a in op.func.arguments.flat_all}
         fwd_outputs = [r.name or f"result{j}" for j, r in enumerate(op.func.returns)]
         bwd_args = [a for a in bwd.func.arguments.flat_all]
         bwd_outputs = [r.name or f"result{j}" for j, r in enumerate(bwd.func.returns)]
@@ -371,40 +509,62 @@ def _check_across_entries(ops: list[OpEntry], errors: _Errors) -> None:
         resolved: list[tuple[str, BackwardInput]] = []
         for name in explicit:
             if name not in {a.name for a in bwd_args}:
-                errors.add(line, op.name, f"autograd.inputs: {name!r} is not an argument of {bwd.name}")
+                errors.add(at(f"inputs.{name}", "inputs"), op.name,
+                           f"autograd.inputs: {name!r} is not an argument of {bwd.name}")
         for a in bwd_args:
             src = explicit.get(a.name)
+            line = at(f"inputs.{a.name}", "inputs")
             if src is None:
-                if a.name in fwd_inputs:
+                if a.name in fwd_kinds:
                     src = BackwardInput("input", a.name)
                 elif a.name in fwd_outputs:
                     src = BackwardInput("output", a.name)
                 elif a.default is not None:
                     continue  # the backward's default applies
                 else:
-                    errors.add(line, op.name, f"autograd: no source for {bwd.name} argument {a.name!r}; "
-                               "name it under autograd.inputs")
+                    errors.add(at("inputs", "backward"), op.name,
+                               f"autograd: no source for {bwd.name} argument {a.name!r}; name it under autograd.inputs")
                     continue
             elif src.source == "grad":
                 if src.name not in fwd_outputs:
                     errors.add(line, op.name, f"autograd.inputs: grad({src.name}) names no output of {op.name}")
-            elif src.name in fwd_inputs:
+                    continue
+            elif src.name in fwd_kinds:
                 src = BackwardInput("input", src.name)
             elif src.name in fwd_outputs:
                 src = BackwardInput("output", src.name)
             else:
-                errors.add(line, op.name, f"autograd.inputs: {src.name!r} is neither an input nor an output of {op.name}")
+                errors.add(line, op.name,
+                           f"autograd.inputs: {src.name!r} is neither an input nor an output of {op.name}")
+                continue
+            want, got = _kind(a.type), (fwd_kinds[src.name] if src.source == "input" else E.TENSOR)
+            if want and got and E.base(want) != E.base(got):
+                what = f"grad({src.name})" if src.source == "grad" else f"{src.source} {src.name!r}"
+                errors.add(line, op.name, f"autograd: {bwd.name} argument {a.name!r} is a {want}, "
+                           f"but its source {what} is a {got}")
             resolved.append((a.name, src))
         for fwd_in, bwd_out in pair.grads:
-            if fwd_in not in fwd_inputs:
+            line = at(f"grads.{fwd_in}", "grads")
+            if fwd_in not in fwd_kinds:
                 errors.add(line, op.name, f"autograd.grads: {fwd_in!r} is not an input of {op.name}")
+            elif E.base(fwd_kinds[fwd_in]) != E.TENSOR:
+                errors.add(line, op.name, f"autograd.grads: {fwd_in!r} is a {fwd_kinds[fwd_in]}, not a tensor input")
             if bwd_out not in bwd_outputs:
                 errors.add(line, op.name, f"autograd.grads: {bwd_out!r} is not an output of {bwd.name}")
         for out in pair.non_differentiable:
             if out not in fwd_outputs:
-                errors.add(line, op.name, f"autograd.non_differentiable: {out!r} is not an output of {op.name}")
+                errors.add(at("non_differentiable"), op.name,
+                           f"autograd.non_differentiable: {out!r} is not an output of {op.name}")
         ops[i] = _replace_autograd(op, AutogradPair(pair.backward, tuple(resolved), pair.grads,
                                                      pair.non_differentiable, pair.loc))
+
+
+def _kind(t: Any) -> str:
+    """An argument's expression kind, or '' for a type already reported as unsupported."""
+    try:
+        return E.kind_of_type(t)
+    except E.ExprError:
+        return ""
 
 
 def _replace_autograd(op: OpEntry, pair: AutogradPair) -> OpEntry:

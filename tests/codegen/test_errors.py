@@ -1,0 +1,609 @@
+"""Expect tests: every error the registry loader reports, pinned with its full text.
+
+Each message is ``FILE:LINE: OP: what is wrong``; FILE is the display path the caller passes
+(``reg.yaml`` here), LINE the line of the key the error is about. All errors of a registry are
+reported at once, in line order. The YAML is inline so the line numbers can be read off the test.
+"""
+# ruff: noqa: E501 - pinned messages stay whole, so a grep for one finds its test
+from __future__ import annotations
+
+import pytest
+
+from codegen.parse import RegistryError, load_registry, parse_registry
+from codegen.yaml_loader import DuplicateKeyError, load
+
+OK = """\
+- func: good(Tensor x) -> Tensor
+  kernel: Good
+  outputs: {result0: {like: x}}
+"""
+
+
+def errors_of(text: str, path: str = "reg.yaml") -> list[str]:
+    with pytest.raises(RegistryError) as info:
+        parse_registry(text, path)
+    assert str(info.value) == "\n".join(info.value.errors)
+    return info.value.errors
+
+
+def test_the_base_entry_is_valid() -> None:
+    registry = parse_registry(OK, "reg.yaml")
+    assert [op.name for op in registry.ops] == ["good"]
+
+
+CASES = [
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  restrict: {x: 1}
+""", [
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, tags",
+    ], id="unknown_entry_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  checks:
+    - expr: x.dim() == 2
+      error: "x must be 2D"
+      hint: "reshape"
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:6: f: unknown check key 'hint'; known: arg, equals, error, expr, let, range, strict, values, when",
+    ], id="unknown_check_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs:
+    result0: {like: x, layout: strided}
+""", [
+        "reg.yaml:4: f: outputs: result0: unknown key 'layout'; known: dtype, like, shape",
+    ], id="unknown_output_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  autograd:
+    backward: f_grad
+    save: [x]
+- func: f_grad(Tensor grad, Tensor x) -> Tensor
+  kernel: FGrad
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:5: f: autograd: no source for f_grad argument 'grad'; name it under autograd.inputs",
+        "reg.yaml:6: f: unknown autograd key 'save'; known: backward, grads, inputs, non_differentiable",
+    ], id="unknown_autograd_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  python: {name: g}
+""", [
+        "reg.yaml:4: f: unknown python key 'name'; known: returns",
+    ], id="unknown_python_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  kernel: G
+""", [
+        "reg.yaml:4: f: duplicate key 'kernel'",
+    ], id="duplicate_entry_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  func: g(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:2: f: duplicate key 'func'",
+    ], id="duplicate_func_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs:
+    result0: {like: x}
+    result0: {like: x}
+""", [
+        "reg.yaml:5: f: duplicate key 'result0'",
+    ], id="duplicate_nested_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  checks:
+    - expr: x.dim() == 2
+      error: "x must be 2D"
+      expr: x.dim() == 3
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:6: f: duplicate key 'expr'",
+    ], id="duplicate_check_key"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: [F
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:3: invalid YAML: expected ',' or ']', but got ':'",
+    ], id="invalid_yaml"),
+    pytest.param("""\
+func: f(Tensor x) -> Tensor
+""", [
+        'reg.yaml:1: the registry must be a list of op entries',
+    ], id="not_a_list"),
+    pytest.param(OK + """\
+- just a string
+""", [
+        "reg.yaml:4: an entry must be a mapping with 'func:', got 'just a string'",
+    ], id="entry_not_mapping"),
+    pytest.param("""\
+- kernel: F
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:1: every entry needs a 'func:' schema string",
+    ], id="missing_func"),
+    pytest.param("""\
+- func: f(Tensor x -> Tensor
+  kernel: F
+""", [
+        "reg.yaml:1: f: cannot parse schema 'f(Tensor x -> Tensor': Invalid function schema: f(Tensor x -> Tensor",
+    ], id="unparsable_schema"),
+    pytest.param("""\
+- func: f(Tensorx) -> Tensor
+  kernel: F
+""", [
+        "reg.yaml:1: f: cannot parse schema 'f(Tensorx) -> Tensor': illegal argument 'Tensorx'",
+    ], id="illegal_argument"),
+    pytest.param("""\
+- func: f.out2(Tensor x) -> Tensor
+  kernel: F
+""", [
+        'reg.yaml:1: f.out2: overload names are not supported (f.out2); give the op its own name',
+    ], id="overload"),
+    pytest.param("""\
+- func: f(Tensor x, int x) -> Tensor
+  kernel: F
+""", [
+        'reg.yaml:1: f: argument names must be unique, x repeats',
+    ], id="duplicate_arg"),
+    pytest.param("""\
+- func: f(Tensor(a) x) -> Tensor(a)
+  kernel: F
+""", [
+        'reg.yaml:1: f: alias annotations (Tensor(a), Tensor(a!)) are not supported; ops are functional',
+    ], id="alias"),
+    pytest.param("""\
+- func: f(Tensor x) -> ()
+  kernel: F
+""", [
+        'reg.yaml:1: f: an op must return at least one Tensor',
+    ], id="no_returns"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:1: f: 'kernel:' must name the kernel (a C++ identifier, e.g. FlashAttnGrad)",
+    ], id="missing_kernel"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: My-Kernel
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:2: f: 'kernel:' must name the kernel (a C++ identifier, e.g. FlashAttnGrad)",
+    ], id="invalid_kernel"),
+    pytest.param("""\
+- func: f(Tensor x, Tensor[] xs, Scalar s) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:1: f: argument 'xs': argument type Tensor[] is not supported by op_plugin's codegen",
+        "reg.yaml:1: f: argument 's': argument type Scalar is not supported by op_plugin's codegen",
+    ], id="unsupported_arg_type"),
+    pytest.param("""\
+- func: f(Tensor x) -> (Tensor, int)
+  kernel: F
+  outputs: {result0: {like: x}}
+""", [
+        'reg.yaml:1: f: return type int is not supported yet (Tensor only)',
+        "reg.yaml:3: f: outputs: no shape rule for return 'result1'",
+    ], id="unsupported_return_type"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  checks:
+    - expr: x.dim() == D
+      error: "x must be {D}D"
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: in expression 'x.dim() == D': unknown name 'D' (not an argument, let, or dtype)",
+    ], id="unknown_name"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  checks:
+    - expr: abs(x.dim()) == 2
+      error: "x must be 2D"
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper']",
+    ], id="unknown_function"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  checks:
+    - expr: x.stride(0) == 1
+      error: "x must be contiguous"
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: in expression 'x.stride(0) == 1': unsupported method .stride() of a Tensor",
+    ], id="unknown_method"),
+    pytest.param("""\
+- func: f(Tensor x, int n) -> Tensor
+  kernel: F
+  checks:
+    - expr: x.device == n
+      error: "bad"
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: in expression 'x.device == n': unsupported attribute .device of a Tensor",
+    ], id="unknown_attribute"),
+    pytest.param("""\
+- func: f(Tensor x, str layout, int n, int? w=None) -> Tensor
+  kernel: F
+  checks:
+    - expr: x.dim() == layout
+      error: "a"
+    - expr: n and x.dim() == 2
+      error: "b"
+    - expr: x.dim() + layout == 2
+      error: "c"
+    - expr: n is None
+      error: "d"
+    - expr: layout < 'B'
+      error: "e"
+    - expr: 1 < n < 3
+      error: "f"
+    - expr: x.dim()
+      error: "g"
+    - expr: "n if n > 0 else layout"
+      error: "h"
+    - expr: x.size(n, 0) == 1
+      error: "i"
+    - expr: n in ()
+      error: "j"
+    - expr: x[0] == 1
+      error: "k"
+    - expr: "x.dim() ==="
+      error: "l"
+    - expr: x.dim() == 2
+      error: "bad {x.dim():>3}"
+    - expr: x.dim() == 2
+      error: "bad {x.dim()"
+    - expr: x.dim() == 2
+      error: "bad {nope}"
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: in expression 'x.dim() == layout': cannot compare int with str",
+        "reg.yaml:6: f: in expression 'n and x.dim() == 2': expected bool, got int in 'n'",
+        "reg.yaml:8: f: in expression 'x.dim() + layout == 2': arithmetic needs numbers",
+        "reg.yaml:10: f: in expression 'n is None': 'is None' / 'is not None' apply to optional arguments only",
+        'reg.yaml:12: f: in expression "layout < \'B\'": str values compare with == and != only',
+        "reg.yaml:14: f: in expression '1 < n < 3': chained comparisons are not supported; use 'and'",
+        "reg.yaml:16: f: check 'x.dim()' must be a condition (bool), but it is int",
+        "reg.yaml:18: f: in expression 'n if n > 0 else layout': both branches of a conditional need one type, got int and str",
+        "reg.yaml:20: f: in expression 'x.size(n, 0) == 1': .size() takes 1 argument(s)",
+        "reg.yaml:22: f: in expression 'n in ()': 'in' needs a literal tuple of values",
+        "reg.yaml:24: f: in expression 'x[0] == 1': unsupported syntax Subscript",
+        "reg.yaml:26: f: cannot parse expression 'x.dim() ===': invalid syntax",
+        'reg.yaml:29: f: format specs are not supported in error text: {x.dim()}',
+        "reg.yaml:31: f: bad placeholder in error text 'bad {x.dim()': expected '}' before end of string",
+        "reg.yaml:33: f: in expression 'nope': unknown name 'nope' (not an argument, let, or dtype)",
+    ], id="type_errors"),
+    pytest.param("""\
+- func: f(Tensor x, int n, str layout) -> Tensor
+  kernel: F
+  checks:
+    - x.dim() == 2
+    - {expr: x.dim() == 2}
+    - {expr: x.dim() == 2, arg: n, values: [1], error: "e"}
+    - {arg: n}
+    - {arg: m, values: [1]}
+    - {arg: n, values: []}
+    - {arg: n, range: [1]}
+    - {arg: n, values: [1], range: [0, 2]}
+    - {arg: n, values: [1], strict: yes please}
+    - {arg: n, values: [1], when: n + 1}
+    - {arg: layout, values: [bsnd, TND]}
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: a check must be a mapping, got 'x.dim() == 2'",
+        "reg.yaml:5: f: an 'expr:' check needs an 'error:' text",
+        "reg.yaml:6: f: a check has either 'expr:' or 'arg:' with one of values/range/equals",
+        "reg.yaml:7: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals",
+        "reg.yaml:8: f: check names unknown argument or let 'm'",
+        "reg.yaml:9: f: 'values:' must be a non-empty list",
+        "reg.yaml:10: f: 'range:' must be [low, high] (null for unbounded)",
+        "reg.yaml:11: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals",
+        "reg.yaml:12: f: 'strict:' must be true or false",
+        "reg.yaml:13: f: 'when:' must be a condition (bool), but it is int",
+        "reg.yaml:14: f: values of str argument 'layout' are compared with upper(layout), so they must be upper-case strings: 'bsnd'",
+    ], id="malformed_checks"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  checks: {expr: x.dim() == 2}
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:3: f: 'checks:' must be a list",
+    ], id="checks_not_a_list"),
+    pytest.param("""\
+- func: f(Tensor x, int n) -> Tensor
+  kernel: F
+  checks:
+    - let: [T]
+    - {let: {T: x.size(0)}, error: "e"}
+    - let: {n: x.size(0)}
+    - let:
+        T: x.size(0)
+        float16: x.size(1)
+        len: x.size(1)
+        lambda: 1
+        D: x.size(
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: 'let:' must be a mapping of names to expressions, alone in its item",
+        "reg.yaml:5: f: 'let:' must be a mapping of names to expressions, alone in its item",
+        "reg.yaml:6: f: let 'n' clashes with an argument, let, dtype or function name",
+        "reg.yaml:9: f: let 'float16' clashes with an argument, let, dtype or function name",
+        "reg.yaml:10: f: let 'len' clashes with an argument, let, dtype or function name",
+        "reg.yaml:11: f: let 'lambda' is not a name",
+        "reg.yaml:12: f: cannot parse expression 'x.size(': '(' was never closed",
+    ], id="malformed_lets"),
+    pytest.param("""\
+- func: f(Tensor x, int n) -> (Tensor a, Tensor b, Tensor c, Tensor d, Tensor e, Tensor f)
+  kernel: F
+  outputs:
+    a: {like: n}
+    b: {shape: "[n]"}
+    c: {shape: n, dtype: x}
+    d: {shape: "[n]", dtype: n}
+    e: like x
+    f: {shape: [n, 2], dtype: float32}
+    g: {like: x}
+""", [
+        "reg.yaml:4: f: outputs: a: 'like: n' does not name a tensor argument",
+        "reg.yaml:5: f: outputs: b needs both 'shape:' and 'dtype:' (or 'like:')",
+        "reg.yaml:6: f: outputs: c: shape 'n' must be a list [d0, d1, ...] or x.shape, but it is int",
+        "reg.yaml:7: f: outputs: d: dtype 'n' must be a dtype, a tensor argument or stats_dtype(x), but it is int",
+        "reg.yaml:8: f: outputs: e takes 'like: ARG' or 'shape:' and 'dtype:', got 'like x'",
+        "reg.yaml:10: f: outputs: 'g' is not a return of the schema (a, b, c, d, e, f)",
+    ], id="malformed_outputs"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: [x]
+""", [
+        "reg.yaml:3: f: 'outputs:' must map each returned tensor to its shape and dtype",
+    ], id="outputs_not_a_mapping"),
+    pytest.param("""\
+- func: f(Tensor x) -> (Tensor a, Tensor b)
+  kernel: F
+  outputs:
+    a: {like: x}
+""", [
+        "reg.yaml:3: f: outputs: no shape rule for return 'b'",
+    ], id="missing_output_rules"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+""", [
+        "reg.yaml:1: f: outputs: no shape rule for return 'result0'",
+    ], id="no_outputs_key"),
+    pytest.param("""\
+- func: f(Tensor x, Tensor? y, int n) -> Tensor
+  kernel: F
+  dtypes:
+    x: [float32, complex64]
+    y: float32
+    n: [int64]
+    z: [float32]
+  outputs: {result0: {like: x}}
+""", [
+        'reg.yaml:4: f: dtypes: x must list dtypes from float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool_',
+        'reg.yaml:5: f: dtypes: y must list dtypes from float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool_',
+        "reg.yaml:6: f: dtypes: 'n' is not a tensor argument",
+        "reg.yaml:7: f: dtypes: 'z' is not a tensor argument",
+    ], id="malformed_dtypes"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  dtypes: [float32]
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:3: f: 'dtypes:' must map tensor arguments to lists of dtypes",
+    ], id="dtypes_not_a_mapping"),
+    pytest.param("""\
+- func: f(Tensor x) -> (Tensor a, Tensor b)
+  kernel: F
+  outputs: {a: {like: x}, b: {like: x}}
+  python:
+    returns: [c]
+""", [
+        "reg.yaml:5: f: python.returns must list some of a, b, got ['c']",
+    ], id="malformed_python"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  python: [result0]
+""", [
+        "reg.yaml:4: f: 'python:' takes only 'returns: [outputs the wrapper returns]'",
+    ], id="python_not_mapping"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  python: {returns: []}
+""", [
+        'reg.yaml:4: f: python.returns must list some of result0, got []',
+    ], id="python_empty_returns"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  tags: [core]
+  doc: [not, text]
+""", [
+        "reg.yaml:4: f: 'tags:' must be a list of ['needs_fixed_stride_order', 'nondeterministic_seeded', 'pt2_compliant_tag']",
+        "reg.yaml:5: f: 'doc:' must be text",
+    ], id="malformed_tags_doc"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  autograd: f_grad
+- func: g(Tensor x) -> Tensor
+  kernel: G
+  outputs: {result0: {like: x}}
+  autograd:
+    grads: {x: grad_x}
+- func: h(Tensor x) -> Tensor
+  kernel: H
+  outputs: {result0: {like: x}}
+  autograd:
+    backward: f
+    inputs: [x]
+""", [
+        "reg.yaml:4: f: 'autograd:' must be a mapping",
+        "reg.yaml:8: g: autograd needs 'backward: <op name>'",
+        'reg.yaml:13: h: autograd: inputs and grads are mappings, non_differentiable a list',
+    ], id="malformed_autograd"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  autograd:
+    backward: f_backward
+""", [
+        "reg.yaml:5: f: autograd: backward op 'f_backward' is not in the registry",
+    ], id="unknown_backward_op"),
+    pytest.param("""\
+- func: f(Tensor x, int n) -> (Tensor y, Tensor aux)
+  kernel: F
+  outputs: {y: {like: x}, aux: {like: x}}
+  autograd:
+    backward: f_grad
+    inputs:
+      grad_y: grad(z)
+      nope: x
+      saved: w
+      count: y
+    grads: {x: grad_x, q: grad_x, n: grad_x, y: grad_q}
+    non_differentiable: [aux, zz]
+- func: f_grad(Tensor grad_y, Tensor x, Tensor saved, int count, Tensor missing, int k=1) -> Tensor grad_x
+  kernel: FGrad
+  outputs: {grad_x: {like: x}}
+""", [
+        "reg.yaml:6: f: autograd: no source for f_grad argument 'missing'; name it under autograd.inputs",
+        'reg.yaml:7: f: autograd.inputs: grad(z) names no output of f',
+        "reg.yaml:8: f: autograd.inputs: 'nope' is not an argument of f_grad",
+        "reg.yaml:9: f: autograd.inputs: 'w' is neither an input nor an output of f",
+        "reg.yaml:10: f: autograd: f_grad argument 'count' is a int, but its source output 'y' is a Tensor",
+        "reg.yaml:11: f: autograd.grads: 'q' is not an input of f",
+        "reg.yaml:11: f: autograd.grads: 'n' is a int, not a tensor input",
+        "reg.yaml:11: f: autograd.grads: 'y' is not an input of f",
+        "reg.yaml:11: f: autograd.grads: 'grad_q' is not an output of f_grad",
+        "reg.yaml:12: f: autograd.non_differentiable: 'zz' is not an output of f",
+    ], id="autograd_cross_errors"),
+    pytest.param(OK + """\
+- func: other(Tensor x) -> Tensor
+  kernel: Good
+  outputs: {result0: {like: x}}
+""" + OK.replace("Good", "Good2"), [
+        'reg.yaml:4: other: kernel Good is already used by good (line 1)',
+        'reg.yaml:7: good: duplicate op (first defined at line 1)',
+    ], id="duplicate_op_and_kernel"),
+    pytest.param("""\
+- func: a(Tensor x) -> Tensor
+  kernel: A
+  outputs: {result0: {like: y}}
+- func: b(Tensor x) -> Tensor
+  kernel: B
+  color: red
+  outputs: {result0: {like: x}}
+- func: c(Tensor x -> Tensor
+- func: d(Tensor x) -> Tensor
+  kernel: D
+  checks:
+    - {arg: x, values: [1]}
+  outputs: {result0: {like: x}}
+  kernel: D2
+""", [
+        "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, tags",
+        "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
+        "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
+        "reg.yaml:14: d: duplicate key 'kernel'",
+    ], id="many_errors"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_error_messages(text: str, expected: list[str]) -> None:
+    assert errors_of(text) == expected
+
+
+def test_all_errors_come_in_line_order() -> None:
+    text = [p.values[0] for p in CASES if p.id == "many_errors"][0]
+    errors = errors_of(text)
+    lines = [int(m.split(":")[1]) for m in errors]
+    assert lines == sorted(lines) and len(set(lines)) == 5
+    assert [m.split(": ")[1] for m in errors] == ["a", "b", "c", "d", "d"]  # every entry, each op named
+
+
+def test_the_display_path_names_the_file(tmp_path: pytest.TempPathFactory) -> None:
+    path = tmp_path / "my_ops.yaml"  # type: ignore[operator]
+    path.write_text("- func: f(Tensor x) -> Tensor\n  outputs: {result0: {like: x}}\n")
+    message = "f: 'kernel:' must name the kernel (a C++ identifier, e.g. FlashAttnGrad)"
+    with pytest.raises(RegistryError) as info:
+        load_registry(str(path), "op_plugin_functions.yaml")
+    assert info.value.errors == [f"op_plugin_functions.yaml:1: {message}"]
+    with pytest.raises(RegistryError) as info:
+        load_registry(str(path))
+    assert info.value.errors == [f"{path}:1: {message}"]
+
+
+def test_an_empty_registry_has_no_ops() -> None:
+    assert parse_registry("# nothing yet\n", "reg.yaml").ops == ()
+
+
+def test_block_style_errors_name_the_line_of_their_key() -> None:
+    text = """\
+- func: f(Tensor x, int n) -> Tensor
+  kernel: F
+  checks:
+    - arg: n
+      range: [0, 8]
+      when: x.dim() == 2
+      error: "n must be in [0, 8], got {m}"
+  outputs:
+    result0:
+      shape: x.shape
+      dtype: float33
+"""
+    assert errors_of(text) == [
+        "reg.yaml:7: f: in expression 'm': unknown name 'm' (not an argument, let, or dtype)",
+        "reg.yaml:11: f: outputs: result0: in expression 'float33': unknown name 'float33' (not an argument, let, or dtype)",
+    ]
+
+
+def test_sugar_on_an_optional_value_checks_only_given_values() -> None:
+    text = "- func: f(Tensor x, int? w=None) -> Tensor\n  kernel: F\n  checks:\n    - {arg: w, range: [1, 8]}\n" \
+           "  outputs: {result0: {like: x}}\n"
+    (check,) = parse_registry(text, "reg.yaml").ops[0].rules
+    assert str(check.expr) == "w is None or (w >= 1 and w <= 8)"  # type: ignore[union-attr]
+
+
+def test_yaml_loader_still_raises_on_duplicates_for_plain_loads() -> None:
+    with pytest.raises(DuplicateKeyError) as info:
+        load("a: 1\nb: 2\na: 3\n")
+    assert (info.value.key, info.value.line) == ("a", 3)
+    assert load("a: [1, 2]\n") == {"a": [1, 2], "__line__": 1, "__key_lines__": {"a": 1}}
