@@ -37,7 +37,7 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
     return {
         "forward": op.name,
         "backward": backward.name,
-        "line": pair.loc.line,
+        "loc": pair.loc,
         "input_names": [a.name for a in op.registered_func.arguments.flat_all],
         "output_names": _outputs(op),
         "saved_tensors": saved_tensors,

@@ -242,13 +242,7 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
     return namespace
 
 
-FAKES_IMPORT_BUG = pytest.mark.xfail(
-    strict=True, raises=NameError,
-    reason="templates/fakes.py.j2 annotates with Optional/Sequence but imports neither")
-
-
-@pytest.mark.parametrize("fixture", [
-    "minimal", pytest.param("options", marks=FAKES_IMPORT_BUG), pytest.param("autograd", marks=FAKES_IMPORT_BUG)])
+@pytest.mark.parametrize("fixture", ["minimal", "options", "autograd"])
 def test_generated_python_modules_execute(fixture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _generate(fixture, tmp_path)
     recorded: list[tuple[str, str]] = []

@@ -3,8 +3,8 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(op_plugin, m) {
-  // op_plugin_functions.yaml:4
+  // autograd.yaml:4
   m.def("toy_attn(Tensor q, Tensor k, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)");
-  // op_plugin_functions.yaml:23
+  // autograd.yaml:23
   m.def("toy_attn_grad(Tensor grad_out, Tensor q, Tensor k, Tensor out, Tensor softmax_lse, Tensor? mask=None, float scale=1.0, bool deterministic=True) -> (Tensor grad_q, Tensor grad_k)");
 }

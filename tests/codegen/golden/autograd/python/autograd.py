@@ -4,7 +4,7 @@
 import torch
 
 
-# op_plugin_functions.yaml:16: toy_attn -> toy_attn_grad
+# autograd.yaml:16: toy_attn -> toy_attn_grad
 def _toy_attn_setup_context(ctx, inputs, output):
     q, k, mask, scale, = inputs
     out, lse, = output

@@ -2,6 +2,8 @@
 # source: autograd.yaml (sha256 6000e43e65dfe213)
 # ruff: noqa
 import math
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -9,7 +11,7 @@ from torch import Tensor
 from op_plugin._runtime import _fmt, _stats_dtype, _upper, strict_mode
 
 
-# op_plugin_functions.yaml:4
+# autograd.yaml:4
 @torch.library.register_fake("op_plugin::toy_attn")
 def _toy_attn_fake(q: Tensor, k: Tensor, mask: Optional[Tensor] = None, scale: float = 1.0):
     torch._check(q.dim() == 2 and k.dim() == 2 and (q.size(1) == k.size(1)), lambda: 'toy_attn: ' + 'q and k must be [S, D] with one D, but got ' + _fmt(q.shape) + ' and ' + _fmt(k.shape))
@@ -20,7 +22,7 @@ def _toy_attn_fake(q: Tensor, k: Tensor, mask: Optional[Tensor] = None, scale: f
     )
 
 
-# op_plugin_functions.yaml:23
+# autograd.yaml:23
 @torch.library.register_fake("op_plugin::toy_attn_grad")
 def _toy_attn_grad_fake(grad_out: Tensor, q: Tensor, k: Tensor, out: Tensor, softmax_lse: Tensor, mask: Optional[Tensor] = None, scale: float = 1.0, deterministic: bool = True):
     return (

@@ -3,6 +3,6 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(op_plugin, m) {
-  // op_plugin_functions.yaml:2
+  // minimal.yaml:2
   m.def("identity_copy(Tensor x) -> Tensor");
 }

@@ -2,6 +2,8 @@
 # source: minimal.yaml (sha256 cf646708daf65620)
 # ruff: noqa
 import math
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -9,7 +11,7 @@ from torch import Tensor
 from op_plugin._runtime import _fmt, _stats_dtype, _upper, strict_mode
 
 
-# op_plugin_functions.yaml:2
+# minimal.yaml:2
 @torch.library.register_fake("op_plugin::identity_copy")
 def _identity_copy_fake(x: Tensor):
     return (

@@ -2,6 +2,8 @@
 # source: options.yaml (sha256 90ce59f29e2f0626)
 # ruff: noqa
 import math
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -9,7 +11,7 @@ from torch import Tensor
 from op_plugin._runtime import _fmt, _stats_dtype, _upper, strict_mode
 
 
-# op_plugin_functions.yaml:3
+# options.yaml:3
 @torch.library.register_fake("op_plugin::masked_mix")
 def _masked_mix_fake(x: Tensor, bias: Optional[Tensor] = None, layout: str = 'BSND', sizes: Optional[Sequence[int]] = None, window: Optional[int] = None, flag: bool = False, *, layout_out: str = 'BSND', alpha: float = 1.0, groups: int = 1):
     torch._check(x.dtype in (torch.float16, torch.bfloat16, torch.float32), lambda: 'masked_mix: ' + 'x must have dtype float16, bfloat16, float32, but got ' + _fmt(x.dtype))
