@@ -33,6 +33,11 @@ inline void from_acc(float v, BF16* d) {  // round to nearest even, NaN stays Na
   d->bits = static_cast<uint16_t>(u >> 16);
 }
 
+inline void cvt_row(const float* src, float* dst, int64_t n) {  // inline copy (no libc call per row)
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
 inline void cvt_row(const BF16* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

@@ -33,6 +33,12 @@ inline void from_acc(float v, BF16* d) {  // round to nearest even, NaN stays Na
   d->bits = static_cast<uint16_t>(u >> 16);
 }
 
+inline void cvt_row(const float* src, float* dst, int64_t n) {  // inline copy (no libc call per row)
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_maskz_loadu_ps(m, src + i));
+  }
+}
 inline void cvt_row(const BF16* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i < n; i += 16) {
