@@ -213,7 +213,7 @@ ERRORS = [
     (dict(proj_weight=torch.zeros(7)), "proj_weight must have shape [H] or [1, H] with H = 8, but got [7]"),
     (dict(proj_weight=torch.zeros(2, 4)), "proj_weight must have shape [H] or [1, H] with H = 8, but got [2, 4]"),
     (dict(norm_weight=torch.zeros(1, 8)), "norm_weight must have shape [H] with H = 8, but got [1, 8]"),
-    (dict(block_res=torch.zeros(4, 3, 8, dtype=torch.float64)), "must have the dtype of partial_block (float32), but got float64, float32, float32"),
+    (dict(block_res=torch.zeros(4, 3, 8, dtype=torch.float64)), "block_res, proj_weight and norm_weight must have the dtype of partial_block (float32), but got float64, float32, float32"),
     (dict(valid_block_num=2), "valid_block_num must be -1 or N = 3, but got 2"),
     (dict(norm_eps=0.0), "norm_eps must be > 0 and finite, but got 0.0"),
     (dict(norm_eps=-1e-6), "norm_eps must be > 0 and finite, but got -1e-06"),
