@@ -16,14 +16,16 @@ namespace op_plugin {
 namespace floyd {
 
 // ---- Tiles -----------------------------------------------------------------------------------
-// A tile is kBN x kBM query rows (n, m) against kBK keys.
-//  * kBK = 64: the S/P tile rows are the column dimension of the micro-kernels (4 AVX-512 vectors,
-//    8 AVX2 vectors), and 64 keys x D=64 of one packed K1^T/K2^T slice is 16 KiB, so a slice and the
-//    tile rows of Q that stream against it stay in L1/L2.
+// A tile is kBN x kBM query rows (n, m) against kBK keys; logits live k-major ([n][k][m]) so the
+// S/dP GEMMs read K1/V1 rows in place (A operand) against a Q^T / dY^T tile packed once per tile,
+// and K2/V2 rows through one contiguous copy of the kBK x D column slice (see the driver).
+//  * kBK = 64: one K/V slice (64 keys x D=64 floats) is 16 KiB and stays in L1 while the tile's
+//    rows stream against it; the online softmax rescales the accumulator once per 64 keys.
 //  * kBN = kBM = 16: every K1/V1 slice (one n) is reused by kBM rows and every K2/V2 slice (one m)
-//    by kBN rows, so the packing cost is 1/16 of the GEMM work; the three per-tile buffers
-//    (Q tile, S tile, O accumulator: 16*16*64 floats = 64 KiB each at D = BK = 64) fit the 1 MiB L2.
-//    The backward contracts over kBM (dK1/dV1) and kBN (dK2/dV2), so they stay equal.
+//    by kBN rows; the S/dP GEMMs are 64 x 16 (12x1-vector AVX-512 micro-tiles) and every
+//    per-tile buffer (16*16*64 floats = 64 KiB) fits L2 together with the others. The backward
+//    contracts over kBM (dK1/dV1) and kBN (dK2/dV2). 32 for either was measured no faster
+//    (N=M=K=256, D=64, one thread).
 constexpr int64_t kBN = 16;
 constexpr int64_t kBM = 16;
 constexpr int64_t kBK = 64;
