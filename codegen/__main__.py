@@ -13,11 +13,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__)
     parser.add_argument("--registry", default="op_plugin_functions.yaml")
     parser.add_argument("--out", default="build/generated")
+    parser.add_argument("--namespace", default="op_plugin", help="torch namespace of the ops (torch.ops.NAMESPACE)")
+    parser.add_argument("--extension", default="_C", help="name of the compiled Python module (PYBIND11_MODULE)")
     parser.add_argument("--check", action="store_true", help="fail if generated files are stale; write nothing")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        fm = generate(args.registry, args.out, check_only=args.check)
+        fm = generate(args.registry, args.out, check_only=args.check, namespace=args.namespace, extension=args.extension)
     except RegistryError as e:
         print("\n".join(e.errors), file=sys.stderr)
         return 1

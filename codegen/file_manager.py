@@ -9,8 +9,11 @@ import jinja2
 TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 
 
-def jinja_environment(templates_dir: str = TEMPLATES_DIR) -> jinja2.Environment:
-    return jinja2.Environment(
+def jinja_environment(templates_dir: str = TEMPLATES_DIR, namespace: str = "op_plugin",
+                      extension: str = "_C") -> jinja2.Environment:
+    """The templates' environment. ``namespace`` is the torch namespace of the ops
+    (torch.ops.<namespace>.*); ``extension`` the name of the compiled Python module."""
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates_dir),
         undefined=jinja2.StrictUndefined,  # a missing variable is a bug, not an empty string
         trim_blocks=True,
@@ -18,6 +21,8 @@ def jinja_environment(templates_dir: str = TEMPLATES_DIR) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.globals.update(namespace=namespace, extension=extension)
+    return env
 
 
 def generated_header(template: str, source: str, comment: str = "//") -> str:

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 from codegen.dest import EMITTERS
-from codegen.file_manager import FileManager
+from codegen.file_manager import FileManager, jinja_environment
 from codegen.parse import load_registry
 
 
-def generate(registry_path: str, out_dir: str, check_only: bool = False, display_path: str | None = None) -> FileManager:
+def generate(registry_path: str, out_dir: str, check_only: bool = False, display_path: str | None = None,
+             namespace: str = "op_plugin", extension: str = "_C") -> FileManager:
+    """Generates every artifact of ``registry_path`` into ``out_dir``. ``namespace`` and
+    ``extension`` let another package generate its own ops (torch.ops.<namespace>.*)."""
     import os
     registry = load_registry(registry_path, display_path or os.path.basename(registry_path))
-    fm = FileManager(out_dir, check_only=check_only)
+    fm = FileManager(out_dir, check_only=check_only, env=jinja_environment(namespace=namespace, extension=extension))
     for emit in EMITTERS:
         emit(registry, fm)
     fm.write_manifest()

@@ -101,3 +101,34 @@ def kernel_sources(csrc: str) -> list[str]:
     """The runtime and every kernel source of a csrc/ tree."""
     return sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp")) +
                   glob.glob(os.path.join(csrc, "kernels", "**", "*.cpp"), recursive=True))
+
+
+def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: str, namespace: str,
+                     extension: str, op_plugin_root: str) -> str:
+    """Generates and compiles the ops of another registry as torch.ops.<namespace>.*.
+
+    ``op_plugin_root`` is op_plugin's source tree (codegen/, templates/, csrc/). Returns the
+    directory of the generated Python modules (fakes.py, autograd.py, ops.py); import the
+    extension module (returned by torch.utils.cpp_extension.load, already imported) first.
+    """
+    from torch.utils import cpp_extension
+
+    generated = os.path.join(build_dir, "generated")
+    cmd = [sys.executable, "-m", "codegen", "--registry", os.path.abspath(registry), "--out", generated,
+           "--namespace", namespace, "--extension", extension]
+    subprocess.run(cmd, check=True, cwd=op_plugin_root)
+    csrc = os.path.join(op_plugin_root, "csrc")
+    sources = (sorted(glob.glob(os.path.join(generated, "bindings", "*.cpp"))) +
+               sorted(glob.glob(os.path.join(csrc, "bindings", "*.cpp"))) +
+               sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + [os.path.abspath(s) for s in kernel_sources])
+    names = [os.path.basename(s) for s in sources]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:  # torch's extension builder names objects by file name alone
+        raise ValueError(f"source file names must be unique, but {clashes} repeat (a kernel named like its op? "
+                         "call it <op>_kernel.cpp)")
+    if any(isa_of(s) for s in sources):
+        raise ValueError("build_op_package compiles baseline kernels only; per-ISA sources need build_kernels")
+    cpp_extension.load(name=extension, sources=sources, build_directory=build_dir,
+                       extra_include_paths=[csrc, os.path.join(csrc, "include"), os.path.join(generated, "include")],
+                       extra_cflags=["-O2", "-std=c++17"], verbose=False)
+    return os.path.join(generated, "python")
