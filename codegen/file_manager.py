@@ -69,17 +69,20 @@ class FileManager:
         return sorted(self.written + self.unchanged + self.stale)
 
     def write_manifest(self) -> None:
-        """manifest.txt lists every generated file; the build reads it, and stale extras are removed."""
+        """manifest.txt lists every generated file; files of a previous run that this run no
+        longer generates (a deleted op) are removed, or, with --check, reported as stale."""
         manifest = os.path.join(self.out_dir, "manifest.txt")
         text = "".join(f"{f}\n" for f in self.files())
-        if self.check_only:
-            return
         try:
             with open(manifest, encoding="utf-8") as f:
                 old = [line.strip() for line in f if line.strip()]
         except FileNotFoundError:
             old = []
-        for gone in set(old) - set(self.files()):
+        leftovers = sorted(set(old) - set(self.files()))
+        if self.check_only:
+            self.stale = sorted(self.stale + [f for f in leftovers if os.path.exists(os.path.join(self.out_dir, f))])
+            return
+        for gone in leftovers:
             try:
                 os.remove(os.path.join(self.out_dir, gone))
             except FileNotFoundError:

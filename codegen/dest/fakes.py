@@ -21,7 +21,10 @@ def _op_context(op: OpEntry) -> dict[str, Any]:
                           "message": py.message(op.name, rule.message, env)})
         else:
             rules.append({"let": True, "name": rule.name, "expr": py.render(rule.expr, env)})
-    like = next(a.name for a in op.func.arguments.flat_all if E.kind_of_type(a.type) == E.TENSOR)
+    # Outputs are made like a required tensor input (so meta inputs give meta outputs); an op
+    # with none makes them with torch.empty, which FakeTensorMode turns into fake tensors.
+    like = next((f"{a.name}.new_empty" for a in op.func.arguments.flat_all if E.kind_of_type(a.type) == E.TENSOR),
+                "torch.empty")
     return {
         "name": op.name,
         "loc": op.loc,
