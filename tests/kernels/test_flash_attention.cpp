@@ -515,13 +515,14 @@ static int run_all_here() {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--here") == 0) return run_all_here();
-  // Re-run this binary once per ISA level available here (OP_PLUGIN_ISA caps the level).
+  // Default: the level chosen by active_isa() (tests/kernels/build_and_run.sh runs every level
+  // via OP_PLUGIN_ISA). `--all-isa`: re-run this binary once per level available here.
+  if (argc < 2 || std::strcmp(argv[1], "--all-isa") != 0) return run_all_here();
   const Isa best = active_isa();
   int passed = 0, failed = 0;
   for (Isa level : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (static_cast<int>(level) > static_cast<int>(best)) continue;
-    const std::string cmd = std::string("OP_PLUGIN_ISA=") + isa_name(level) + " '" + argv[0] + "' --here 2>&1";
+    const std::string cmd = std::string("OP_PLUGIN_ISA=") + isa_name(level) + " '" + argv[0] + "' 2>&1";
     FILE* pipe = popen(cmd.c_str(), "r");
     if (!pipe) { ++failed; continue; }
     char line[1024];

@@ -462,12 +462,12 @@ struct Backward {
       if (direct) {
         const int64_t ob = out_elem_bytes(out_kind);
         char* dk = static_cast<char*>(p.dk) +
-                   (b * p.k_batch_stride + (p.kv_start[b] + j0) * p.k_row_stride + h * p.k_head_stride) * ob;
+                   (b * p.dk_batch_stride + (p.kv_start[b] + j0) * p.dk_row_stride + h * p.dk_head_stride) * ob;
         char* dv = static_cast<char*>(p.dv) +
-                   (b * p.v_batch_stride + (p.kv_start[b] + j0) * p.v_row_stride + h * p.v_head_stride) * ob;
+                   (b * p.dv_batch_stride + (p.kv_start[b] + j0) * p.dv_row_stride + h * p.dv_head_stride) * ob;
         for (int64_t j = 0; j < nc; ++j) {
-          store_row<S>(out_kind, dkacc + j * Dp, dk + j * p.k_row_stride * ob, D, sc_out, tmp);
-          store_row<S>(out_kind, dvacc + j * Dvp, dv + j * p.v_row_stride * ob, Dv, S(1), tmp);
+          store_row<S>(out_kind, dkacc + j * Dp, dk + j * p.dk_row_stride * ob, D, sc_out, tmp);
+          store_row<S>(out_kind, dvacc + j * Dvp, dv + j * p.dv_row_stride * ob, Dv, S(1), tmp);
         }
       } else {
         for (int64_t j = 0; j < nc; ++j) {
@@ -480,15 +480,15 @@ struct Backward {
 
     // ---- write dQ (scaled) and zero the padding rows of this head ---------------------------
     const int64_t ob = out_elem_bytes(out_kind);
-    char* dq = static_cast<char*>(p.dq) + (b * p.q_batch_stride + p.q_start[b] * p.q_row_stride + n * p.q_head_stride) * ob;
-    for (int64_t i = 0; i < sq; ++i) store_row<S>(out_kind, dqacc + i * Dp, dq + i * p.q_row_stride * ob, D, sc_out, tmp);
-    for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.q_row_stride * ob, D);
+    char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
+    for (int64_t i = 0; i < sq; ++i) store_row<S>(out_kind, dqacc + i * Dp, dq + i * p.dq_row_stride * ob, D, sc_out, tmp);
+    for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
     if (direct) {
-      char* dk = static_cast<char*>(p.dk) + (b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride) * ob;
-      char* dv = static_cast<char*>(p.dv) + (b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride) * ob;
+      char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
+      char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
       for (int64_t j = skv; j < p.rows_kv[b]; ++j) {
-        zero_row(out_kind, dk + j * p.k_row_stride * ob, D);
-        zero_row(out_kind, dv + j * p.v_row_stride * ob, Dv);
+        zero_row(out_kind, dk + j * p.dk_row_stride * ob, D);
+        zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
       }
     }
   }
@@ -514,13 +514,13 @@ struct Backward {
       for (int64_t it = i0; it < i1; ++it) {
         const int64_t b = it / p.heads_kv, h = it % p.heads_kv;
         const int64_t prow0 = b * plan.kv_batch_rows + p.kv_start[b];
-        char* dk = static_cast<char*>(p.dk) + (b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride) * ob;
-        char* dv = static_cast<char*>(p.dv) + (b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride) * ob;
+        char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
+        char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
         const int64_t skv = p.seqlen_kv[b];
         for (int64_t j = 0; j < p.rows_kv[b]; ++j) {
           if (j >= skv) {
-            zero_row(out_kind, dk + j * p.k_row_stride * ob, D);
-            zero_row(out_kind, dv + j * p.v_row_stride * ob, Dv);
+            zero_row(out_kind, dk + j * p.dk_row_stride * ob, D);
+            zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
             continue;
           }
           const S* base = partial + ((prow0 + j) * p.heads_q + h * p.group) * (Dp + Dvp);
@@ -534,7 +534,7 @@ struct Backward {
                 const S* src = base + g * (Dp + Dvp) + off + c0;
                 for (int64_t cc = 0; cc < cn; ++cc) rowk[cc] += src[cc];
               }
-              char* dst = part == 0 ? dk + (j * p.k_row_stride + c0) * ob : dv + (j * p.v_row_stride + c0) * ob;
+              char* dst = part == 0 ? dk + (j * p.dk_row_stride + c0) * ob : dv + (j * p.dv_row_stride + c0) * ob;
               store_row<S>(out_kind, rowk, dst, cn, part == 0 ? sc_out : S(1), tmp);
             }
           }
@@ -548,19 +548,75 @@ struct Backward {
 // Entry points of one ISA level
 // ============================================================================================
 
-// Converts n elements of a float16 / bfloat16 tensor to float, in parallel chunks.
-inline void stage_to_float(const void* src, opDataType dtype, float* dst, int64_t n) {
-  constexpr int64_t kChunk = 1 << 16;
-  op_plugin::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t ci = c0; ci < c1; ++ci) {
-      const int64_t s = ci * kChunk, e = imin(n, s + kChunk);
-      const uint16_t* in = static_cast<const uint16_t*>(src) + s;
-      if (dtype == OP_DT_BF16)
-        cvt_bf16_to_f32(in, dst + s, e - s);
-      else
-        cvt_f16_to_f32(in, dst + s, e - s);
+// Copies (and converts) one q/k/v-like tensor into a head-major buffer dst[b][n][r][:dim]
+// (TND: one "batch" of T rows). Returns the new strides through the pointers.
+template <class Dst>
+inline void stage_tensor(const void* src, opDataType sdt, int64_t bs, int64_t rs, int64_t hs, int64_t nb, int64_t rows,
+                         int64_t heads, int64_t dim, Dst* dst, int64_t* nbs, int64_t* nrs, int64_t* nhs) {
+  constexpr int64_t kRowChunk = 256;
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const int64_t es = static_cast<int64_t>(sdt == OP_DT_DOUBLE ? 8 : sdt == OP_DT_FLOAT ? 4 : 2);
+  op_plugin::parallel_for(0, nb * heads * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t c = it % chunks, n = (it / chunks) % heads, b = it / chunks / heads;
+      for (int64_t r = c * kRowChunk; r < imin(rows, (c + 1) * kRowChunk); ++r) {
+        const char* s = static_cast<const char*>(src) + (b * bs + r * rs + n * hs) * es;
+        Dst* d = dst + ((b * heads + n) * rows + r) * dim;
+        if (sizeof(Dst) == static_cast<size_t>(es)) {
+          std::memcpy(d, s, static_cast<size_t>(dim * es));
+        } else if (sdt == OP_DT_BF16) {
+          cvt_bf16_to_f32(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<float*>(d), dim);
+        } else {
+          cvt_f16_to_f32(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<float*>(d), dim);
+        }
+      }
     }
   });
+  *nbs = nb > 1 || bs != 0 ? heads * rows * dim : 0;
+  *nrs = dim;
+  *nhs = rows * dim;
+}
+
+// Applies the plan's staging to the params (p0 -> p): tensors 0..4 = q, k, v, out, dout.
+template <class Dst>
+inline void stage_inputs(const FlashAttnFwdParams& p0, const void* out0, const void* dout0, const Plan& plan, void* ws,
+                         FlashAttnFwdParams* p, const void** out_staged, const void** dout_staged) {
+  struct Item {
+    const void* src;
+    int64_t* strides[3];
+    int64_t heads, dim;
+    bool kv;
+  };
+  Item items[5] = {
+      {p0.q, {&p->q_batch_stride, &p->q_row_stride, &p->q_head_stride}, p0.heads_q, p0.head_dim, false},
+      {p0.k, {&p->k_batch_stride, &p->k_row_stride, &p->k_head_stride}, p0.heads_kv, p0.head_dim, true},
+      {p0.v, {&p->v_batch_stride, &p->v_row_stride, &p->v_head_stride}, p0.heads_kv, p0.head_dim_v, true},
+      {out0, {&p->o_batch_stride, &p->o_row_stride, &p->o_head_stride}, p0.heads_q, p0.head_dim_v, false},
+      {dout0, {&p->o_batch_stride, &p->o_row_stride, &p->o_head_stride}, p0.heads_q, p0.head_dim_v, false},
+  };
+  const int64_t saved_o[3] = {p0.o_batch_stride, p0.o_row_stride, p0.o_head_stride};
+  for (int t = 0; t < 5; ++t) {
+    if (!((plan.stage_mask >> t) & 1)) continue;
+    const Item& it = items[t];
+    const int64_t batch_rows = it.kv ? plan.kv_batch_rows : plan.q_batch_rows;
+    const bool tnd = batch_rows == 0;
+    const int64_t nb = tnd ? 1 : p0.batch;
+    const int64_t rows = tnd ? plan.stage_numel[t] / (it.heads * it.dim) : batch_rows;
+    const int64_t bs = t == 4 ? saved_o[0] : *it.strides[0];
+    const int64_t rs = t == 4 ? saved_o[1] : *it.strides[1];
+    const int64_t hs = t == 4 ? saved_o[2] : *it.strides[2];
+    Dst* dst = reinterpret_cast<Dst*>(static_cast<char*>(ws) + plan.stage_offset[t]);
+    stage_tensor<Dst>(it.src, p0.dtype, t == 3 ? saved_o[0] : bs, t == 3 ? saved_o[1] : rs, t == 3 ? saved_o[2] : hs,
+                      nb, rows, it.heads, it.dim, dst, it.strides[0], it.strides[1], it.strides[2]);
+    if (tnd) *it.strides[0] = 0;
+    switch (t) {
+      case 0: p->q = dst; break;
+      case 1: p->k = dst; break;
+      case 2: p->v = dst; break;
+      case 3: *out_staged = dst; break;
+      default: *dout_staged = dst; break;
+    }
+  }
 }
 
 inline int out_kind_of(opDataType dt) {
@@ -576,15 +632,19 @@ template <class OpsF32, class OpsBf16, class OpsF64>
 void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
   FlashAttnFwdParams p = p0;
   const int out_kind = out_kind_of(p0.dtype);
-  if (plan.stage) {
-    const void* src[3] = {p0.q, p0.k, p0.v};
-    const void** dst[3] = {&p.q, &p.k, &p.v};
-    for (int t = 0; t < 3; ++t) {
-      float* f = reinterpret_cast<float*>(static_cast<char*>(ws) + plan.stage_offset[t]);
-      stage_to_float(src[t], p0.dtype, f, plan.stage_numel[t]);
-      *dst[t] = f;
-    }
+  if (plan.stage_mask) {
+    const void* unused = nullptr;
+    if (plan.stage_convert || plan.compute == flash::Compute::kF32)
+      stage_inputs<float>(p0, nullptr, nullptr, plan, ws, &p, &unused, &unused);
+    else if (plan.compute == flash::Compute::kF64)
+      stage_inputs<double>(p0, nullptr, nullptr, plan, ws, &p, &unused, &unused);
+    else
+      stage_inputs<uint16_t>(p0, nullptr, nullptr, plan, ws, &p, &unused, &unused);
   }
+  p.out = p0.out;
+  p.o_batch_stride = p0.o_batch_stride;
+  p.o_row_stride = p0.o_row_stride;
+  p.o_head_stride = p0.o_head_stride;
   if (plan.compute == flash::Compute::kF64) {
     run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF64>::task(p, out_kind, t, slot); });
   } else if (plan.compute == flash::Compute::kBf16Pairs) {
@@ -612,19 +672,19 @@ template <class OpsF32, class OpsBf16, class OpsF64>
 void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
   FlashAttnBwdParams p = p0;
   const int out_kind = out_kind_of(p0.dtype);
-  if (plan.stage) {
-    const void* src[5] = {p0.q, p0.k, p0.v, p0.out, p0.dout};
-    float* staged[5];
-    for (int t = 0; t < 5; ++t) {
-      staged[t] = reinterpret_cast<float*>(static_cast<char*>(ws) + plan.stage_offset[t]);
-      stage_to_float(src[t], p0.dtype, staged[t], plan.stage_numel[t]);
-    }
-    p.q = staged[0];
-    p.k = staged[1];
-    p.v = staged[2];
-    p.out = staged[3];
-    p.dout = staged[4];
+  if (plan.stage_mask) {
+    const void* out_s = p0.out;
+    const void* dout_s = p0.dout;
+    if (plan.stage_convert || plan.compute == flash::Compute::kF32)
+      stage_inputs<float>(p0, p0.out, p0.dout, plan, ws, &p, &out_s, &dout_s);
+    else if (plan.compute == flash::Compute::kF64)
+      stage_inputs<double>(p0, p0.out, p0.dout, plan, ws, &p, &out_s, &dout_s);
+    else
+      stage_inputs<uint16_t>(p0, p0.out, p0.dout, plan, ws, &p, &out_s, &dout_s);
+    p.out = const_cast<void*>(out_s);
+    p.dout = dout_s;
   }
+  // dq/dk/dv keep the caller's layout: the kernels write them with the strides of p0.
   if (plan.compute == flash::Compute::kF64) {
     run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsF64>::task(p, plan, out_kind, ws, t, slot); });
     if (p.group > 1) Backward<OpsF64>::reduce_group(p, plan, out_kind, ws);
@@ -642,12 +702,12 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
     if (p.seqlen_q[b] > 0 || p.seqlen_kv[b] > 0) continue;
     for (int64_t n = 0; n < p.heads_q; ++n)
       for (int64_t i = 0; i < p.rows_q[b]; ++i)
-        zero_row(out_kind, static_cast<char*>(p.dq) + (b * p.q_batch_stride + (p.q_start[b] + i) * p.q_row_stride + n * p.q_head_stride) * ob, p.head_dim);
+        zero_row(out_kind, static_cast<char*>(p.dq) + (b * p.dq_batch_stride + (p.q_start[b] + i) * p.dq_row_stride + n * p.dq_head_stride) * ob, p.head_dim);
     if (p.group == 1)
       for (int64_t h = 0; h < p.heads_kv; ++h)
         for (int64_t j = 0; j < p.rows_kv[b]; ++j) {
-          zero_row(out_kind, static_cast<char*>(p.dk) + (b * p.k_batch_stride + (p.kv_start[b] + j) * p.k_row_stride + h * p.k_head_stride) * ob, p.head_dim);
-          zero_row(out_kind, static_cast<char*>(p.dv) + (b * p.v_batch_stride + (p.kv_start[b] + j) * p.v_row_stride + h * p.v_head_stride) * ob, p.head_dim_v);
+          zero_row(out_kind, static_cast<char*>(p.dk) + (b * p.dk_batch_stride + (p.kv_start[b] + j) * p.dk_row_stride + h * p.dk_head_stride) * ob, p.head_dim);
+          zero_row(out_kind, static_cast<char*>(p.dv) + (b * p.dv_batch_stride + (p.kv_start[b] + j) * p.dv_row_stride + h * p.dv_head_stride) * ob, p.head_dim_v);
         }
   }
 }

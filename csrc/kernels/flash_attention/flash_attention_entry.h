@@ -222,7 +222,7 @@ inline void set_strides(const Dims& d, int64_t* batch, int64_t* row, int64_t* he
 
 // Chooses the compute path for the dtype and head dims on the active ISA.
 inline void choose_compute(opDataType dt, int64_t D, int64_t Dv, Plan* plan) {
-  plan->stage = false;
+  plan->stage_convert = false;
   if (dt == OP_DT_DOUBLE) {
     plan->compute = Compute::kF64;
   } else if (dt == OP_DT_FLOAT) {
@@ -233,7 +233,7 @@ inline void choose_compute(opDataType dt, int64_t D, int64_t Dv, Plan* plan) {
     // fp16 always (bf16 pairs would lose 3 mantissa bits of every input: ~4-8x the error of a
     // same-dtype PyTorch computation), bf16 without AVX512_BF16 or with odd head dims.
     plan->compute = Compute::kF32;
-    plan->stage = true;
+    plan->stage_convert = true;
   }
 }
 

@@ -85,9 +85,14 @@ struct FlashAttnFwdParams {
 struct FlashAttnBwdParams : FlashAttnFwdParams {
   // q/k/v/out/lse above are inputs here: out is attn_out, lse the forward's softmax_lse.
   const void* dout = nullptr;    // strides: o_* (same layout as out)
-  void* dq = nullptr;            // strides: q_*
-  void* dk = nullptr;            // strides: k_*
-  void* dv = nullptr;            // strides: v_*
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  // Strides of dq/dk/dv (the layout of q/k/v as the caller gave them; the input strides above
+  // may be rewritten when inputs are staged into head-major copies).
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
 };
 
 // ---- tiles --------------------------------------------------------------------------------

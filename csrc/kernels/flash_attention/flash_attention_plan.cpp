@@ -115,9 +115,23 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   WorkspaceLayout layout;
   plan->slot_bytes = static_cast<uint64_t>(slot);
   plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
+  plan->stage_mask = 0;
+  if (plan->stage_convert) {
+    plan->stage_mask = bwd ? 0x1f : 0x7;
+  } else if (!pairs) {
+    if (!bwd) {
+      if (p.v_row_stride != Dv) plan->stage_mask |= 1 << 2;
+    } else {
+      if (p.q_row_stride != D) plan->stage_mask |= 1 << 0;
+      if (p.k_row_stride != D) plan->stage_mask |= 1 << 1;
+      if (p.o_row_stride != Dv) plan->stage_mask |= (1 << 3) | (1 << 4);
+    }
+  }
+  const int64_t stage_es = plan->stage_convert ? 4 : static_cast<int64_t>(dtype_size(p.dtype));
   for (int t = 0; t < 5; ++t) {
-    plan->stage_numel[t] = plan->stage ? numel[t] : 0;
-    plan->stage_offset[t] = plan->stage_numel[t] > 0 ? layout.reserve(static_cast<uint64_t>(numel[t]) * 4) : 0;
+    plan->stage_numel[t] = (plan->stage_mask >> t) & 1 ? numel[t] : 0;
+    plan->stage_offset[t] =
+        plan->stage_numel[t] > 0 ? layout.reserve(static_cast<uint64_t>(numel[t] * stage_es)) : 0;
   }
   plan->partial_rows = 0;
   if (bwd && p.group > 1) {

@@ -28,13 +28,20 @@ struct Task {
 
 struct Plan {
   Compute compute = Compute::kF32;
-  bool stage = false;            // inputs converted to float copies first (fp16, or bf16 without AVX512_BF16)
+  // Staging: some inputs are first copied into head-major [B][N][rows][dim] ([N][T][dim] for
+  // TND) buffers in the workspace. `stage_convert`: every input is converted to float there
+  // (fp16, or bf16 without AVX512_BF16). Otherwise, on the fp32/fp64 paths, the operands read
+  // as GEMM vector rows (v in the forward; q, k, attn_out/dout in the backward) are copied when
+  // their rows are not contiguous (BSND/TND with several heads): rows N*D apart alias in L1
+  // (4 KiB strides) and a 96-row tile would thrash it. O(S) memory, one pass.
+  bool stage_convert = false;
+  int32_t stage_mask = 0;        // bit t: tensor t (q, k, v, out, dout) is staged
   int64_t slots = 1;             // per-thread scratch regions (= max_threads() at stage 1)
   const Task* tasks = nullptr;   // sorted by cost, descending
   int64_t num_tasks = 0;
   // workspace layout (byte offsets)
   uint64_t slot_offset = 0, slot_bytes = 0;
-  uint64_t stage_offset[5] = {0, 0, 0, 0, 0};  // q, k, v, out, dout float copies
+  uint64_t stage_offset[5] = {0, 0, 0, 0, 0};  // q, k, v, out, dout copies
   int64_t stage_numel[5] = {0, 0, 0, 0, 0};
   uint64_t partial_offset = 0;   // backward GQA: fp32/fp64 dK|dV per (kv row, query head)
   int64_t partial_rows = 0;      // rows of the partial buffer (all kv rows of all batches)

@@ -140,6 +140,9 @@ opStatus FlashAttnGradGetWorkspaceSize(const opTensor* q, const opTensor* k, con
   set_strides(kd, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
   set_strides(vd, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
   set_strides(od, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
+  set_strides(dqd, &p.dq_batch_stride, &p.dq_row_stride, &p.dq_head_stride);
+  set_strides(dkd, &p.dk_batch_stride, &p.dk_row_stride, &p.dk_head_stride);
+  set_strides(dvd, &p.dv_batch_stride, &p.dv_row_stride, &p.dv_head_stride);
   p.lse = softmax_lse->data;
   p.lse_dtype = softmax_lse->dtype;
   if (lq == Layout::kTND) {

@@ -1,0 +1,199 @@
+// Micro-benchmark of flash_attn / flash_attn_grad at the target shapes (torch-free).
+// Pair with bench_flash_attention_sdpa.py (torch SDPA and GEMM peak at the same shapes, same run).
+// Prints: name  median_ms  useful GFLOP/s. FLOPs: fwd 4*B*N*pairs*D, fwd+bwd 3.5x fwd, where
+// pairs counts the (query, key) pairs the mask allows (FA2 convention).
+//
+// Build: g++ -O3 -std=c++17 -Icsrc/include -Icsrc -I<generated include> bench_flash_attention.cpp
+//        <kernel library .a> -lpthread
+// Usage: bench_flash_attention [threads] [filter]
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/common/scalar_types.h"
+#include "op_plugin/ops/flash_attn.h"
+#include "op_plugin/ops/flash_attn_grad.h"
+
+using namespace op_plugin;
+
+// ---- a persistent thread pool as the parallel backend (as a host runtime would install) ----
+namespace pool {
+int nthreads = 1;
+thread_local int tid = 0;
+std::mutex mu;
+std::condition_variable cv, done_cv;
+std::vector<std::thread> workers;
+int64_t generation = 0, pending = 0;
+std::function<void(int)> job;
+void worker(int id) {
+  tid = id;
+  int64_t seen = 0;
+  for (;;) {
+    std::function<void(int)> j;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [&] { return generation != seen; });
+      seen = generation;
+      j = job;
+    }
+    j(id);
+    std::lock_guard<std::mutex> lk(mu);
+    if (--pending == 0) done_cv.notify_all();
+  }
+}
+int max_threads() { return nthreads; }
+int thread_num() { return tid; }
+void parallel_for(int64_t begin, int64_t end, int64_t grain, void (*body)(void*, int64_t, int64_t), void* ctx) {
+  const int64_t n = end - begin;
+  const int64_t chunks = std::min<int64_t>(nthreads, (n + grain - 1) / grain);
+  if (chunks <= 1) { body(ctx, begin, end); return; }
+  const int64_t per = (n + chunks - 1) / chunks;
+  auto run = [=](int id) {
+    const int64_t b = begin + id * per, e = std::min(end, b + per);
+    if (b < e) body(ctx, b, e);
+  };
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    job = run;
+    pending = chunks - 1;
+    ++generation;
+  }
+  cv.notify_all();
+  run(0);
+  std::unique_lock<std::mutex> lk(mu);
+  done_cv.wait(lk, [] { return pending == 0; });
+}
+void start(int n) {
+  nthreads = n;
+  for (int i = 1; i < n; ++i) { workers.emplace_back(worker, i); workers.back().detach(); }
+}
+const opParallelBackend backend{max_threads, thread_num, parallel_for};
+}  // namespace pool
+
+struct T4 {
+  std::vector<unsigned char> mem;
+  opTensor t{};
+  T4(opDataType dt, std::vector<int64_t> shape) {
+    t.dtype = dt;
+    t.ndim = static_cast<int>(shape.size());
+    int64_t n = 1;
+    for (int d = t.ndim - 1; d >= 0; --d) { t.shape[d] = shape[d]; t.strides[d] = n; n *= shape[d]; }
+    mem.resize(static_cast<size_t>(n * dtype_size(dt)));
+    t.data = mem.data();
+  }
+  void randn(uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd;
+    const int64_t n = numel(t);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = nd(rng);
+      if (t.dtype == OP_DT_FLOAT) static_cast<float*>(t.data)[i] = x;
+      else if (t.dtype == OP_DT_BF16) static_cast<BFloat16*>(t.data)[i] = to_bfloat16(x);
+      else if (t.dtype == OP_DT_FLOAT16) static_cast<Half*>(t.data)[i] = to_half(x);
+    }
+  }
+};
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+static double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Shape {
+  const char* name;
+  opDataType dt;
+  int64_t B, N, S, D, mode, wl, wr;
+  bool bwd;
+  int reps;
+};
+
+static void run(const Shape& s) {
+  T4 q(s.dt, {s.B, s.S, s.N, s.D}), k(s.dt, {s.B, s.S, s.N, s.D}), v(s.dt, {s.B, s.S, s.N, s.D});
+  T4 out(s.dt, {s.B, s.S, s.N, s.D}), dout(s.dt, {s.B, s.S, s.N, s.D}), lse(OP_DT_FLOAT, {s.B, s.N, s.S});
+  T4 dq(s.dt, {s.B, s.S, s.N, s.D}), dk(s.dt, {s.B, s.S, s.N, s.D}), dv(s.dt, {s.B, s.S, s.N, s.D});
+  T4 mask(OP_DT_INT8, {2048, 2048});
+  q.randn(1); k.randn(2); v.randn(3); dout.randn(4);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
+  const opTensor* m = s.mode ? &mask.t : nullptr;
+  std::vector<unsigned char> ws;
+  auto fwd = [&] {
+    uint64_t n = 0;
+    opExecutor* ex = nullptr;
+    opStatus st = FlashAttnGetWorkspaceSize(&q.t, &k.t, &v.t, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, m,
+                                            nullptr, scale, s.mode, s.wl, s.wr, -1, -1, "BSND", "BSND", "BSND", true,
+                                            &out.t, &lse.t, &n, &ex);
+    if (st != OP_SUCCESS) { std::printf("fwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+    if (ws.size() < n) ws.resize(n);
+    FlashAttn(ws.data(), n, ex, nullptr);
+  };
+  auto bwd = [&] {
+    uint64_t n = 0;
+    opExecutor* ex = nullptr;
+    opStatus st = FlashAttnGradGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, &out.t, &lse.t, nullptr, nullptr, nullptr,
+                                                nullptr, nullptr, m, nullptr, scale, s.mode, s.wl, s.wr, -1, -1,
+                                                "BSND", "BSND", "BSND", &dq.t, &dk.t, &dv.t, &n, &ex);
+    if (st != OP_SUCCESS) { std::printf("bwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+    if (ws.size() < n) ws.resize(n);
+    FlashAttnGrad(ws.data(), n, ex, nullptr);
+  };
+  fwd();
+  if (s.bwd) bwd();
+  std::vector<double> ts;
+  for (int r = 0; r < s.reps; ++r) {
+    const double t0 = now_ms();
+    fwd();
+    if (s.bwd) bwd();
+    ts.push_back(now_ms() - t0);
+  }
+  // useful (query, key) pairs
+  double pairs = 0;
+  for (int64_t i = 0; i < s.S; ++i) {
+    int64_t lo = 0, hi = s.S - 1;
+    if (s.mode == 3) hi = i;
+    if (s.mode == 4) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(s.S - 1, i + s.wr); }
+    pairs += static_cast<double>(hi - lo + 1);
+  }
+  const double flops = 4.0 * s.B * s.N * pairs * s.D * (s.bwd ? 3.5 : 1.0);
+  const double ms = median(ts);
+  std::printf("%-44s %10.2f ms %8.1f GFLOP/s\n", s.name, ms, flops / ms / 1e6);
+  std::fflush(stdout);
+}
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const char* filter = argc > 2 ? argv[2] : "";
+  pool::start(threads);
+  opSetParallelBackend(&pool::backend);
+  std::printf("threads %d\n", threads);
+  const Shape shapes[] = {
+      {"dense float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 7},
+      {"dense float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, true, 5},
+      {"causal float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 3, -1, -1, false, 7},
+      {"causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 3, -1, -1, true, 5},
+      {"dense bfloat16 fwd", OP_DT_BF16, 1, 8, 2048, 128, 0, -1, -1, false, 7},
+      {"dense bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 2048, 128, 0, -1, -1, true, 5},
+      {"causal bfloat16 fwd", OP_DT_BF16, 1, 8, 2048, 128, 3, -1, -1, false, 7},
+      {"causal bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 2048, 128, 3, -1, -1, true, 5},
+      {"window512 S8192 D64 float32 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5},
+      {"window512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5},
+      {"window512 S8192 D64 bfloat16 fwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, false, 5},
+      {"window512 S8192 D64 bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, true, 5},
+  };
+  for (const Shape& s : shapes)
+    if (std::strstr(s.name, filter)) run(s);
+  std::fflush(stdout);
+  std::_Exit(0);  // the pool's workers are still parked on the condition variable
+}
