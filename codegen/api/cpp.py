@@ -33,10 +33,11 @@ class ExprRenderer:
         return E._Checker(self.env, ast.unparse(node)).kind(node)
 
     def value(self, node: ast.expr) -> str:
-        """A name's value, dereferencing optionals (guarded by the rule's own `is None` test)."""
+        """A name's value. Optionals are dereferenced through op_plugin::value_of, which raises
+        (rather than reading an empty optional) when a rule forgot its `is not None` guard."""
         text = self.render(node)
         if isinstance(node, ast.Name) and self.env.get(node.id, "").endswith(E.OPTIONAL):
-            return f"(*{text})"
+            return f"op_plugin::value_of({text}, {cpp_string(text)})"
         return text
 
     def render(self, node: ast.expr) -> str:  # noqa: C901 - one case per node type

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
+#include <c10/util/Exception.h>
 #include <c10/util/OptionalArrayRef.h>
 
 #include "op_plugin/op_api.h"
@@ -58,6 +59,20 @@ class OptionalIntArray {
 };
 
 // ---- functions of the registry's expression language (codegen/expr.py) ------------------------
+
+// An optional argument's value in a rule; a rule reading a None argument is a registry bug
+// (a missing `when: x is not None`), reported as such instead of reading an empty optional.
+template <class T>
+const T& value_of(const std::optional<T>& v, const char* name) {
+  TORCH_CHECK(v.has_value(), "op_plugin registry rule reads optional argument '", name,
+              "' without an 'is not None' guard, and it is None");
+  return *v;
+}
+inline at::IntArrayRef value_of(const at::OptionalIntArrayRef& v, const char* name) {
+  TORCH_CHECK(v.has_value(), "op_plugin registry rule reads optional argument '", name,
+              "' without an 'is not None' guard, and it is None");
+  return *v;
+}
 
 // Statistics (lse, max/sum, inv_norm, probs) are float32, float64 for float64 inputs.
 inline at::ScalarType stats_dtype(const at::Tensor& t) {

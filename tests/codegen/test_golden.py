@@ -262,13 +262,13 @@ ENV = {"q": "Tensor", "bias": "Tensor?", "layout": "str", "window": "int?", "siz
 RENDERED = [
     # (expression, C++, Python)
     ("bias is None or bias.dim() == 1",
-     "(!bias.has_value() || ((*bias).dim() == 1))",
+     "(!bias.has_value() || (op_plugin::value_of(bias, \"bias\").dim() == 1))",
      "bias is None or bias.dim() == 1"),
     ("bias is not None and bias.size(0) == q.size(-1)",
-     "(bias.has_value() && ((*bias).size(0) == q.size(-(1))))",
+     "(bias.has_value() && (op_plugin::value_of(bias, \"bias\").size(0) == q.size(-(1))))",
      "bias is not None and bias.size(0) == q.size(-1)"),
     ("window is None or window >= 1",
-     "(!window.has_value() || ((*window) >= 1))",
+     "(!window.has_value() || (op_plugin::value_of(window, \"window\") >= 1))",
      "window is None or window >= 1"),
     ("upper(layout) in ('BSND', 'TND')",
      '(op_plugin::upper(layout) == "BSND" || op_plugin::upper(layout) == "TND")',
@@ -282,11 +282,11 @@ RENDERED = [
      "T * 2 if flag else T // 2 + n % 3"),
     ("not flag and isfinite(scale)", "(!(flag) && std::isfinite(static_cast<double>(scale)))",
      "not flag and math.isfinite(scale)"),
-    ("len(sizes) == max(n, 2)", "(static_cast<int64_t>((*sizes).size()) == std::max<int64_t>(n, 2))",
+    ("len(sizes) == max(n, 2)", "(static_cast<int64_t>(op_plugin::value_of(sizes, \"sizes\").size()) == std::max<int64_t>(n, 2))",
      "len(sizes) == max(n, 2)"),
     ("[T, n + 1, q.size(0)]", "std::vector<int64_t>{T, (n + 1), q.size(0)}", "[T, n + 1, q.size(0)]"),
     ("q.shape", "q.sizes()", "q.shape"),
-    ("bias.shape", "(*bias).sizes()", "bias.shape"),
+    ("bias.shape", "op_plugin::value_of(bias, \"bias\").sizes()", "bias.shape"),
     ("scale > 0.5 and layout != 'x\"y'", '((scale > 0.5) && (layout != "x\\"y"))', "scale > 0.5 and layout != 'x\"y'"),
     ("q.numel() == 0 or True", "((q.numel() == 0) || true)", "q.numel() == 0 or True"),
 ]
@@ -310,7 +310,7 @@ def test_a_let_named_like_a_dtype_renders_as_the_let() -> None:
 def test_message_renderers_interpolate_the_same_values() -> None:
     m = parse_message("bias must be [{T}] but got {bias.shape}; {{literal}} {upper(layout)} {stats_dtype(q)}", ENV)
     assert ExprRenderer(ENV).message("op", m) == (
-        '"op: ", "bias must be [", op_plugin::fmt(T), "] but got ", op_plugin::fmt((*bias).sizes()), '
+        '"op: ", "bias must be [", op_plugin::fmt(T), "] but got ", op_plugin::fmt(op_plugin::value_of(bias, \"bias\").sizes()), '
         '"; {", "literal}", " ", op_plugin::fmt(op_plugin::upper(layout)), " ", '
         'op_plugin::fmt(op_plugin::stats_dtype(q))')
     python = py.message("op", m, ENV)
