@@ -6,24 +6,15 @@ ratio against the PyTorch baseline measured in the same run.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 
+from op_plugin.timing import median_seconds
 
-def median_seconds(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+__all__ = ["median_seconds", "memcpy_bandwidth_gbs", "gemm_peak_gflops", "peak_extra_memory_mb", "rss_mb",
+           "reset_peak_rss", "peak_rss_mb"]
 
 
 def memcpy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:

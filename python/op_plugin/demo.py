@@ -6,8 +6,6 @@ same-dtype composite with autograd, medians of a few runs measured in the same p
 """
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +13,7 @@ import torch
 
 import op_plugin
 from op_plugin import reference
+from op_plugin.timing import median_seconds
 
 
 @dataclass(frozen=True)
@@ -36,10 +35,19 @@ def _bar_inputs(dtype: torch.dtype, T: int = 2048, N: int = 8, H: int = 1024) ->
     return [x.to(dtype).requires_grad_(True) for x in xs]
 
 
+def _floyd_inputs(dtype: torch.dtype, B: int = 1, H: int = 2, N: int = 64, D: int = 32) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    shapes = [(B, H, N, N, D), (B, H, N, N, D), (B, H, N, N, D), (B, H, N, N, D), (B, H, N, N, D)]
+    return [torch.randn(s, generator=g, dtype=torch.float64).to(dtype).requires_grad_(True) for s in shapes]
+
+
 CASES = [
     DemoCase("block_attention_residuals", "block_attention_residuals_grad", "T=2048 N=8 H=1024",
              _bar_inputs, op_plugin.block_attention_residuals,
              lambda *x: reference.block_attention_residuals(*x)[0]),
+    DemoCase("fused_floyd_attention", "fused_floyd_attention_grad", "B=1 H=2 N=M=K=64 D=32",
+             _floyd_inputs, lambda *x: op_plugin.fused_floyd_attention(*x, scale_value=32 ** -0.5)[2],
+             lambda *x: reference.fused_floyd_attention(*x, scale_value=32 ** -0.5)),
 ]
 
 
@@ -51,16 +59,6 @@ def _forward_backward(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor
     return [out.detach()] + [x.grad for x in inputs]
 
 
-def _median_seconds(fn: Callable[[], object], repeat: int = 5) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def run() -> int:
     print(f"op_plugin {op_plugin.__version__} | torch {torch.__version__} | ISA {op_plugin.isa_level()} | "
           f"{torch.get_num_threads()} threads")
@@ -70,15 +68,16 @@ def run() -> int:
     failures = 0
     for case in CASES:
         for dtype in (torch.float32, torch.bfloat16):
-            inputs = _bar_inputs(dtype)
-            grad = torch.randn(inputs[0].shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+            inputs = case.make_inputs(dtype)
+            out_shape = case.composite(*[x.detach() for x in inputs]).shape
+            grad = torch.randn(out_shape, generator=torch.Generator().manual_seed(1)).to(dtype)
             ours = _forward_backward(case.ours, inputs, grad)
             same = _forward_backward(case.composite, inputs, grad)
             ref = _forward_backward(case.composite, [x.detach().double().requires_grad_(True) for x in inputs], grad.double())
             ours_err = max(((o.double() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for o, r in zip(ours, ref))
             same_err = max(((s.double() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for s, r in zip(same, ref))
-            t_ours = _median_seconds(lambda: _forward_backward(case.ours, inputs, grad))
-            t_torch = _median_seconds(lambda: _forward_backward(case.composite, inputs, grad))
+            t_ours = median_seconds(lambda: _forward_backward(case.ours, inputs, grad))
+            t_torch = median_seconds(lambda: _forward_backward(case.composite, inputs, grad))
             ok = ours_err <= 2 * same_err + 4 * torch.finfo(dtype).eps
             failures += not ok
             label = f"{case.forward} {case.description}"
