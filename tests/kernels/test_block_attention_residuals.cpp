@@ -155,6 +155,26 @@ void expect_close(const std::vector<T>& got, const std::vector<double>& want, do
   check(ok, what + " normwise err " + std::to_string(err) + " > tol " + std::to_string(tol));
 }
 
+// max |got - want| <= tol * max(1e-30, max magnitude); NaN must match NaN.
+template <class T>
+void expect_close_mag(const std::vector<T>& got, const std::vector<double>& want,
+                      const std::vector<double>& mag, double tol, const std::string& what) {
+  double scale = 1e-30, worst = 0;
+  bool ok = got.size() == want.size();
+  for (double m : mag) scale = std::max(scale, m);
+  for (size_t k = 0; ok && k < got.size(); ++k) {
+    const double g = to_d(got[k]), w = want[k];
+    if (std::isnan(w) || std::isnan(g)) {
+      ok = std::isnan(w) == std::isnan(g);
+      continue;
+    }
+    worst = std::max(worst, std::fabs(g - w));
+  }
+  ok = ok && worst <= tol * scale;
+  check(ok, what + " err " + std::to_string(worst / scale) + " (of the summands' magnitude) > tol " +
+                std::to_string(tol));
+}
+
 template <class T> bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
@@ -201,40 +221,63 @@ void reference_forward(const Problem& p, std::vector<double>* inv, std::vector<d
   }
 }
 
+// The gradients are differences of sums (g - sum_j p_j g_j), so their error is bounded relative
+// to the magnitude of the summands, not of the result: each output also gets that magnitude
+// (the same formula with absolute values), and the check is  max |err| <= tol * max magnitude.
+struct BwdRef {
+  std::vector<double> gpb, gbr, gpw, gnw;          // values
+  std::vector<double> gpb_m, gbr_m, gpw_m, gnw_m;  // magnitudes
+};
+
 void reference_backward(const Problem& p, const std::vector<double>& inv,
-                        const std::vector<double>& probs, std::vector<double>* gpb,
-                        std::vector<double>* gbr, std::vector<double>* gpw,
-                        std::vector<double>* gnw) {
+                        const std::vector<double>& probs, BwdRef* r) {
   const int64_t R = p.N + 1, H = p.H;
-  gpb->assign(p.T * H, 0);
-  gbr->assign(p.T * p.N * H, 0);
-  std::vector<double> gsw(H, 0.0);
+  r->gpb.assign(p.T * H, 0);
+  r->gbr.assign(p.T * p.N * H, 0);
+  r->gpb_m = r->gpb;
+  r->gbr_m = r->gbr;
+  std::vector<double> gsw(H, 0.0), gsw_m(H, 0.0);
   for (int64_t t = 0; t < p.T; ++t) {
-    std::vector<double> g(R, 0.0), gs(R), dsw(R, 0.0);
+    std::vector<double> g(R, 0.0), g_m(R, 0.0), dsw(R, 0.0), dsw_m(R, 0.0);
     for (int64_t i = 0; i < R; ++i)
       for (int64_t h = 0; h < H; ++h) {
-        g[i] += p.gh[t * H + h] * v_at(p, t, i, h);
-        dsw[i] += p.nw[h] * p.pw[h] * v_at(p, t, i, h);
+        const double v = v_at(p, t, i, h), sw = p.nw[h] * p.pw[h];
+        g[i] += p.gh[t * H + h] * v;
+        g_m[i] += std::fabs(p.gh[t * H + h] * v);
+        dsw[i] += sw * v;
+        dsw_m[i] += std::fabs(sw * v);
       }
-    double pg = 0;
-    for (int64_t j = 0; j < R; ++j) pg += probs[t * R + j] * g[j];
+    double pg = 0, pg_m = 0;
+    for (int64_t j = 0; j < R; ++j) {
+      pg += probs[t * R + j] * g[j];
+      pg_m += probs[t * R + j] * g_m[j];
+    }
     for (int64_t i = 0; i < R; ++i) {
       const double pr = probs[t * R + i], iv = inv[t * R + i];
-      gs[i] = pr * (g[i] - pg);
-      const double ginv = gs[i] * dsw[i];
+      const double gs = pr * (g[i] - pg), gs_m = pr * (g_m[i] + pg_m);
+      const double ginv = gs * dsw[i], ginv_m = gs_m * dsw_m[i];
       for (int64_t h = 0; h < H; ++h) {
         const double v = v_at(p, t, i, h), sw = p.nw[h] * p.pw[h];
-        const double gv = p.gh[t * H + h] * pr + gs[i] * sw * iv - ginv * iv * iv * iv / H * v;
-        (i < p.N ? (*gbr)[(t * p.N + i) * H + h] : (*gpb)[t * H + h]) = gv;
-        gsw[h] += gs[i] * iv * v;
+        const double gv = p.gh[t * H + h] * pr + gs * sw * iv - ginv * iv * iv * iv / H * v;
+        const double gv_m = std::fabs(p.gh[t * H + h] * pr) + gs_m * std::fabs(sw) * iv +
+                            ginv_m * iv * iv * iv / H * std::fabs(v);
+        const int64_t k = i < p.N ? (t * p.N + i) * H + h : t * H + h;
+        (i < p.N ? r->gbr : r->gpb)[k] = gv;
+        (i < p.N ? r->gbr_m : r->gpb_m)[k] = gv_m;
+        gsw[h] += gs * iv * v;
+        gsw_m[h] += gs_m * iv * std::fabs(v);
       }
     }
   }
-  gpw->assign(H, 0);
-  gnw->assign(H, 0);
+  r->gpw.assign(H, 0);
+  r->gnw.assign(H, 0);
+  r->gpw_m = r->gpw;
+  r->gnw_m = r->gnw;
   for (int64_t h = 0; h < H; ++h) {
-    (*gnw)[h] = gsw[h] * p.pw[h];
-    (*gpw)[h] = gsw[h] * p.nw[h];
+    r->gnw[h] = gsw[h] * p.pw[h];
+    r->gpw[h] = gsw[h] * p.nw[h];
+    r->gnw_m[h] = gsw_m[h] * std::fabs(p.pw[h]);
+    r->gpw_m[h] = gsw_m[h] * std::fabs(p.nw[h]);
   }
 }
 
@@ -324,6 +367,7 @@ void test_case(const ShapeCase& sc, const char* dtype_name_) {
                 static_cast<long long>(sc.T), static_cast<long long>(sc.N),
                 static_cast<long long>(sc.H), sc.proj_2d ? " proj[1,H]" : "");
   const std::string L(label);
+  g_seed = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(sc.T * 1000003 + sc.N * 1009 + sc.H);
   Problem p{sc.T, sc.N, sc.H, sc.proj_2d, {}, {}, {}, {}, {}, 1e-6};
   // Blocks of different scales so the softmax is not uniform and inv_norm varies.
   std::vector<T> pb = random_vec<T>(p.T * p.H, -2, 2);
@@ -371,17 +415,17 @@ void test_case(const ShapeCase& sc, const char* dtype_name_) {
     probs[k] = static_cast<A>(r_probs[k]);
   }
   std::vector<double> d_inv(inv.begin(), inv.end()), d_probs(probs.begin(), probs.end());
-  std::vector<double> r_gpb, r_gbr, r_gpw, r_gnw;
-  reference_backward(p, d_inv, d_probs, &r_gpb, &r_gbr, &r_gpw, &r_gnw);
+  BwdRef r;
+  reference_backward(p, d_inv, d_probs, &r);
   use_threads(1);
   BwdOut<T> b1;
   s = run_backward(p, pb, br, pw, nw, gh, inv, probs, &b1);
   check(s == OP_SUCCESS, L + " backward status " + std::to_string(s) + " " + opGetLastErrorMessage());
   if (s == OP_SUCCESS) {
-    expect_close(b1.gpb, r_gpb, tol, L + " backward grad_partial_block");
-    expect_close(b1.gbr, r_gbr, tol, L + " backward grad_block_res");
-    expect_close(b1.gpw, r_gpw, tol, L + " backward grad_proj_weight");
-    expect_close(b1.gnw, r_gnw, tol, L + " backward grad_norm_weight");
+    expect_close_mag(b1.gpb, r.gpb, r.gpb_m, tol, L + " backward grad_partial_block");
+    expect_close_mag(b1.gbr, r.gbr, r.gbr_m, tol, L + " backward grad_block_res");
+    expect_close_mag(b1.gpw, r.gpw, r.gpw_m, tol, L + " backward grad_proj_weight");
+    expect_close_mag(b1.gnw, r.gnw, r.gnw_m, tol, L + " backward grad_norm_weight");
     for (int threads : {2, 3}) {
       use_threads(threads);
       BwdOut<T> bn;
@@ -427,10 +471,10 @@ void test_row_kernels(Isa isa, const char* name) {
       const int64_t R = n + 1;
       // 64-byte aligned rows (row length padded) so the streaming paths are taken.
       const int64_t Hp = (H + 31) / 32 * 32;
-      std::vector<T> store(static_cast<size_t>((2 * R + 1) * Hp + 64));
+      std::vector<T> store(static_cast<size_t>((R + 1) * Hp + 64));
       T* base = store.data();
       while (reinterpret_cast<uintptr_t>(base) % 64) ++base;
-      for (int64_t e = 0; e < (2 * R + 1) * Hp; ++e) base[e] = from_double<T>(uniform(-1, 1));
+      for (int64_t e = 0; e < (R + 1) * Hp; ++e) base[e] = from_double<T>(uniform(-1, 1));
       std::vector<A> sw(H), p(R), b(R), c(R);
       for (A& x : sw) x = static_cast<A>(uniform(-1, 1));
       for (int64_t i = 0; i < R; ++i) {
@@ -459,45 +503,83 @@ void test_row_kernels(Isa isa, const char* name) {
         return std::fabs(got - want) <= tolerance<A>(H) * std::max(1e-30, mag);
       };
       const std::string LH = L + " H=" + std::to_string(H) + " n=" + std::to_string(n);
+      // to_acc, then the dots with the converted gH row.
+      std::vector<A> gh_acc(H), gh_ref(H);
+      k.to_acc(gh.data(), H, gh_acc.data());
+      ref.to_acc(gh.data(), H, gh_ref.data());
+      check(std::memcmp(gh_acc.data(), gh_ref.data(), H * sizeof(A)) == 0, LH + " to_acc exact");
       for (int64_t i = 0; i < R; ++i) {
         const T* x = rows.row(i);
         A s1, d1, g1;
         k.norm_dot(x, sw.data(), H, &s1, &d1);
         check(dot_ok(s1, x, nullptr, nullptr, true) && dot_ok(d1, x, nullptr, sw.data(), false),
               LH + " norm_dot");
-        k.grad_dots(x, gh.data(), sw.data(), H, &g1, &d1);
+        k.grad_dots(x, gh_acc.data(), sw.data(), H, &g1, &d1);
         check(dot_ok(g1, x, gh.data(), nullptr, false) && dot_ok(d1, x, nullptr, sw.data(), false),
               LH + " grad_dots");
       }
-      // mix: reference, plain and streaming into an aligned output.
+      // mix: reference, plain, and streaming into an aligned output (base is free after the
+      // copies above).
       std::vector<T> out_ref(H), out_plain(H);
-      T* out_stream = base + (n + 1) * Hp;  // aligned, reuse gh's slot after copying it
+      T* out_stream = base;
       ref.mix(bar::MixArgs<T>{rows, p.data(), out_ref.data(), false});
       k.mix(bar::MixArgs<T>{rows, p.data(), out_plain.data(), false});
       k.mix(bar::MixArgs<T>{rows, p.data(), out_stream, true});
       expect_close(out_plain, as_double(out_ref), tol, LH + " mix");
       check(std::memcmp(out_plain.data(), out_stream, H * sizeof(T)) == 0, LH + " mix stream == plain");
-      // grad_mix: outputs packed (plain) and aligned rows (streaming needs H * sizeof(T) % 64 == 0
-      // for n > 0, so the streaming path is exercised when H allows it and falls back otherwise).
-      std::vector<T> gb_ref(n * H), gp_ref(H), gb(n * H), gp(H);
-      std::vector<A> gsw_ref(H, A(0.5)), gsw(H, A(0.5)), gsw_s(H, A(0.5));
-      ref.grad_mix(bar::GradMixArgs<T>{rows, gh.data(), sw.data(), p.data(), b.data(), c.data(),
-                                       gb_ref.data(), gp_ref.data(), gsw_ref.data(), false});
-      k.grad_mix(bar::GradMixArgs<T>{rows, gh.data(), sw.data(), p.data(), b.data(), c.data(),
-                                     gb.data(), gp.data(), gsw.data(), false});
-      std::vector<T> aligned_store(static_cast<size_t>(R * H + 64));
-      T* gs_base = aligned_store.data();
-      while (reinterpret_cast<uintptr_t>(gs_base) % 64) ++gs_base;
-      k.grad_mix(bar::GradMixArgs<T>{rows, gh.data(), sw.data(), p.data(), b.data(), c.data(),
-                                     gs_base + H, gs_base, gsw_s.data(), true});
-      expect_close(gb, as_double(gb_ref), tol, LH + " grad_mix grad_blocks");
-      expect_close(gp, as_double(gp_ref), tol, LH + " grad_mix grad_partial");
+      // grad_rows over all rows in groups of `group` rows (every group size): into packed
+      // outputs (plain), and into 64-byte aligned rows with streaming stores and prefetching;
+      // the two must agree bitwise.
+      std::vector<T> gv_ref(R * H);
+      std::vector<A> gsw_ref(H, A(0.5));
+      for (int64_t i = 0; i < R; ++i) {  // reference: the scalar table, one row at a time
+        bar::GradRowsArgs<T> args{};
+        args.rows = 1;
+        args.v[0] = rows.row(i);
+        args.out[0] = gv_ref.data() + i * H;
+        args.a[0] = p[i];
+        args.b[0] = b[i];
+        args.c[0] = c[i];
+        args.gh = gh_ref.data();
+        args.sw = sw.data();
+        args.gsw = gsw_ref.data();
+        args.H = H;
+        ref.grad_rows(args);
+      }
       std::vector<double> gsw_ref_d(gsw_ref.begin(), gsw_ref.end());
-      expect_close(gsw, gsw_ref_d, tolerance<A>(H), LH + " grad_mix gsw");
-      check(std::memcmp(gp.data(), gs_base, H * sizeof(T)) == 0 &&
-                (n == 0 || std::memcmp(gb.data(), gs_base + H, n * H * sizeof(T)) == 0) &&
-                std::memcmp(gsw.data(), gsw_s.data(), H * sizeof(A)) == 0,
-            LH + " grad_mix stream == plain");
+      for (int group = 1; group <= bar::kGradRowGroup; ++group) {
+        const std::string LG = LH + " grad_rows group " + std::to_string(group);
+        std::vector<T> gv(R * H);
+        std::vector<A> gsw(H, A(0.5)), gsw_s(H, A(0.5));
+        for (int pass = 0; pass < 2; ++pass) {
+          const bool fancy = pass == 1;  // streaming stores + prefetch, aligned rows in `base`
+          for (int64_t i0 = 0; i0 < R; i0 += group) {
+            bar::GradRowsArgs<T> args{};
+            args.rows = static_cast<int>(std::min<int64_t>(group, R - i0));
+            for (int g = 0; g < args.rows; ++g) {
+              const int64_t i = i0 + g;
+              args.v[g] = rows.row(i);
+              args.out[g] = fancy ? base + i * Hp : gv.data() + i * H;
+              args.next[g] = fancy ? rows.row(R - 1 - i) : nullptr;
+              args.a[g] = p[i];
+              args.b[g] = b[i];
+              args.c[g] = c[i];
+            }
+            args.gh = gh_acc.data();
+            args.sw = sw.data();
+            args.gsw = fancy ? gsw_s.data() : gsw.data();
+            args.H = H;
+            args.stream = fancy;
+            k.grad_rows(args);
+          }
+        }
+        expect_close(gv, as_double(gv_ref), tol, LG + " gv");
+        expect_close(gsw, gsw_ref_d, tolerance<A>(H), LG + " gsw");
+        bool same = std::memcmp(gsw.data(), gsw_s.data(), H * sizeof(A)) == 0;
+        for (int64_t i = 0; i < R; ++i)
+          same = same && std::memcmp(gv.data() + i * H, base + i * Hp, H * sizeof(T)) == 0;
+        check(same, LG + " stream+prefetch == plain");
+      }
     }
   }
 }
@@ -696,7 +778,7 @@ int main() {
   std::printf("test_block_attention_residuals: active ISA %s\n", isa_name(active));
   test_plan();
   test_errors();
-  for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (static_cast<int>(isa) > static_cast<int>(active)) break;
     test_row_kernels<float>(isa, "float32");
     test_row_kernels<Half>(isa, "float16");

@@ -102,6 +102,7 @@ struct Vec {
     return reinterpret_cast<uintptr_t>(p) % (kLanes * sizeof(T)) == 0;
   }
   static void fence() { _mm_sfence(); }
+  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 };
 
 }  // namespace

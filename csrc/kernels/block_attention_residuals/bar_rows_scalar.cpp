@@ -13,17 +13,36 @@ acc_t<T> load(const T* p) {
   return static_cast<acc_t<T>>(to_float(*p));
 }
 
+// Dot products keep kLanes interleaved partial sums (like the vector kernels' lanes): more
+// accurate than one running sum over H (each partial sees H / kLanes terms) and free of the
+// loop-carried dependency; the partials are then added pairwise.
+constexpr int kLanes = 8;
+
+template <class A>
+A sum_lanes(A (&s)[kLanes]) {
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) s[l] += s[l + w];
+  return s[0];
+}
+
 template <class T>
 void norm_dot(const T* x, const acc_t<T>* sw, int64_t H, acc_t<T>* sumsq, acc_t<T>* dot) {
   using A = acc_t<T>;
-  A s = 0, d = 0;
-  for (int64_t h = 0; h < H; ++h) {
+  A s[kLanes] = {}, d[kLanes] = {};
+  int64_t h = 0;
+  for (; h + kLanes <= H; h += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const A v = load(x + h + l);
+      s[l] += v * v;
+      d[l] += v * sw[h + l];
+    }
+  for (int l = 0; h < H; ++h, ++l) {  // tail
     const A v = load(x + h);
-    s += v * v;
-    d += v * sw[h];
+    s[l] += v * v;
+    d[l] += v * sw[h];
   }
-  *sumsq = s;
-  *dot = d;
+  *sumsq = sum_lanes(s);
+  *dot = sum_lanes(d);
 }
 
 template <class T>
@@ -38,34 +57,42 @@ void mix(const MixArgs<T>& args) {
 }
 
 template <class T>
-void grad_dots(const T* x, const T* gh, const acc_t<T>* sw, int64_t H, acc_t<T>* g,
-               acc_t<T>* d) {
-  using A = acc_t<T>;
-  A sg = 0, sd = 0;
-  for (int64_t h = 0; h < H; ++h) {
-    const A v = load(x + h);
-    sg += load(gh + h) * v;
-    sd += sw[h] * v;
-  }
-  *g = sg;
-  *d = sd;
+void to_acc(const T* x, int64_t H, acc_t<T>* out) {
+  for (int64_t h = 0; h < H; ++h) out[h] = load(x + h);
 }
 
 template <class T>
-void grad_mix(const GradMixArgs<T>& args) {
+void grad_dots(const T* x, const acc_t<T>* gh, const acc_t<T>* sw, int64_t H, acc_t<T>* g,
+               acc_t<T>* d) {
   using A = acc_t<T>;
-  const RowSet<T>& v = args.v;
-  for (int64_t h = 0; h < v.H; ++h) {
-    const A gh = load(args.gh + h);
-    const A sw = args.sw[h];
-    A acc = 0;
-    for (int64_t i = 0; i <= v.n; ++i) {
-      const A x = load(v.row(i) + h);
-      T* out = i < v.n ? args.grad_blocks + i * v.H : args.grad_partial;
-      out[h] = from_double<T>(args.a[i] * gh + args.b[i] * sw + args.c[i] * x);
-      acc += args.b[i] * x;
+  A sg[kLanes] = {}, sd[kLanes] = {};
+  int64_t h = 0;
+  for (; h + kLanes <= H; h += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const A v = load(x + h + l);
+      sg[l] += gh[h + l] * v;
+      sd[l] += sw[h + l] * v;
     }
-    args.gsw[h] += acc;
+  for (int l = 0; h < H; ++h, ++l) {  // tail
+    const A v = load(x + h);
+    sg[l] += gh[h] * v;
+    sd[l] += sw[h] * v;
+  }
+  *g = sum_lanes(sg);
+  *d = sum_lanes(sd);
+}
+
+template <class T>
+void grad_rows(const GradRowsArgs<T>& r) {
+  using A = acc_t<T>;
+  for (int64_t h = 0; h < r.H; ++h) {
+    A gsw = r.gsw[h];
+    for (int g = 0; g < r.rows; ++g) {
+      const A x = load(r.v[g] + h);
+      r.out[g][h] = from_double<T>(r.a[g] * r.gh[h] + r.b[g] * r.sw[h] + r.c[g] * x);
+      gsw += r.b[g] * x;
+    }
+    r.gsw[h] = gsw;
   }
 }
 
@@ -73,7 +100,7 @@ void grad_mix(const GradMixArgs<T>& args) {
 
 template <class T>
 const RowKernels<T>& table() {
-  static const RowKernels<T> kTable{norm_dot<T>, mix<T>, grad_dots<T>, grad_mix<T>};
+  static const RowKernels<T> kTable{norm_dot<T>, mix<T>, to_acc<T>, grad_dots<T>, grad_rows<T>};
   return kTable;
 }
 
@@ -105,6 +132,7 @@ const RowKernels<Half>& row_kernels<Half>(Isa isa) {
 }
 template <>
 const RowKernels<BFloat16>& row_kernels<BFloat16>(Isa isa) {
+  if (isa == Isa::kAvx512Bf16) return avx512::kBFloat16Native;
   return simd_table(isa, avx512::kBFloat16, avx2::kBFloat16);
 }
 template <>

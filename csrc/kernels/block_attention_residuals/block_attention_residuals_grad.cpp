@@ -6,16 +6,19 @@
 //   gsw[h] = sum_{t,i} gs[t,i] inv[t,i] v[t,i,h]
 //   grad_norm_weight = gsw * proj_weight ;  grad_proj_weight = gsw * norm_weight
 //
-// Per token t, pass 1 (grad_dots) streams the N + 1 rows of v from memory once and computes both
-// dots g and sum_h sw v; the O(N) coefficients follow; pass 2 (grad_mix) re-reads the rows from
-// L2, writes gv once and adds sum_i b[i] v[i, h] to the chunk's gsw partial.
+// Per token t: gH[t] is converted to acc_t once (to_acc); pass 1 (grad_dots) streams the N + 1
+// rows of v from memory once and computes both dots g and sum_h sw v; the O(N) coefficients
+// follow; pass 2 (grad_rows, in groups of rows) re-reads the rows from L2, writes gv once and adds
+// b[i] v[i, h] to the chunk's gsw partial, while prefetching the next token's rows so memory
+// stays busy during the compute-heavier second pass.
 //
 // Determinism: the plan splits T into fixed chunks (make_plan, independent of the thread count).
 // A chunk is run by one thread, in token order, into its own gsw partial in the workspace; the
 // partials are then summed in chunk order. So the result is bitwise the same for any thread count.
 //
 // Workspace: sw[H] ; gsw partials [num_chunks][padded H] ; per-chunk scratch
-// [num_chunks][padded 2 (N + 1)] for g/d and then the coefficients b/c. All in acc_t.
+// [num_chunks][padded H + padded 2 (N + 1)] for gH[t] in acc_t and g/d, then the coefficients
+// b/c. All in acc_t.
 #include <new>
 
 #include "bar_driver.h"
@@ -34,7 +37,7 @@ struct BwdLayout {
   uint64_t gsw_parts = 0;      // acc_t[num_chunks][gsw_stride]
   int64_t gsw_stride = 0;      // H rounded up to a cache line
   uint64_t scratch = 0;        // acc_t[num_chunks][scratch_stride]
-  int64_t scratch_stride = 0;  // 2 (N + 1) rounded up to a cache line
+  int64_t scratch_stride = 0;  // H and 2 (N + 1), each rounded up to a cache line
   uint64_t bytes = 0;
 };
 
@@ -44,7 +47,7 @@ BwdLayout make_layout(const Shape& s, const Plan& plan) {
   BwdLayout layout;
   const uint64_t chunks = static_cast<uint64_t>(plan.num_chunks);
   layout.gsw_stride = padded_row<A>(s.H);
-  layout.scratch_stride = padded_row<A>(2 * (s.N + 1));
+  layout.scratch_stride = padded_row<A>(s.H) + padded_row<A>(2 * (s.N + 1));
   layout.sw = ws.reserve(static_cast<uint64_t>(s.H) * sizeof(A));
   layout.gsw_parts = ws.reserve(chunks * static_cast<uint64_t>(layout.gsw_stride) * sizeof(A));
   layout.scratch = ws.reserve(chunks * static_cast<uint64_t>(layout.scratch_stride) * sizeof(A));
@@ -68,12 +71,13 @@ void grad_chunk(const BwdParams& p, const Plan& plan, const RowKernels<T>& kerne
   T* grad_blocks = static_cast<T*>(p.grad_block_res);
 
   for (int64_t h = 0; h < H; ++h) gsw[h] = A(0);
-  A* g = scratch;      // g[i], then b[i] = gs[i] * inv[i]
-  A* d = scratch + R;  // sum_h sw v[i], then c[i] = -gs[i] d[i] inv[i]^3 / H
+  A* gh = scratch;                     // gH[t] in acc_t
+  A* g = scratch + padded_row<A>(H);   // g[i], then b[i] = gs[i] * inv[i]
+  A* d = g + R;                        // sum_h sw v[i], then c[i] = -gs[i] d[i] inv[i]^3 / H
   const A h_count = static_cast<A>(H);
   for (int64_t t = t_begin; t < t_end; ++t) {
     const RowSet<T> rows = token_rows(block_res, partial_block, t, N, H);
-    const T* gh = grad_hidden + t * H;
+    kernels.to_acc(grad_hidden + t * H, H, gh);
     for (int64_t i = 0; i < R; ++i) kernels.grad_dots(rows.row(i), gh, sw, H, &g[i], &d[i]);
 
     const A* pr = probs + t * R;
@@ -86,8 +90,29 @@ void grad_chunk(const BwdParams& p, const Plan& plan, const RowKernels<T>& kerne
       g[i] = gs * inv[i];
       d[i] = -ginv * (inv[i] * inv[i] * inv[i]) / h_count;
     }
-    kernels.grad_mix(GradMixArgs<T>{rows, gh, sw, pr, g, d, grad_blocks + t * N * H,
-                                    grad_partial + t * H, gsw, plan.stream_stores});
+    // Rows in groups of kGradRowGroup; prefetch the next token of this chunk (the next chunk
+    // may belong to another thread).
+    const bool has_next = t + 1 < t_end;
+    const RowSet<T> next = token_rows(block_res, partial_block, t + (has_next ? 1 : 0), N, H);
+    for (int64_t i0 = 0; i0 < R; i0 += kGradRowGroup) {
+      GradRowsArgs<T> args{};
+      args.rows = static_cast<int>(R - i0 < kGradRowGroup ? R - i0 : kGradRowGroup);
+      for (int k = 0; k < args.rows; ++k) {
+        const int64_t i = i0 + k;
+        args.v[k] = rows.row(i);
+        args.out[k] = i < N ? grad_blocks + (t * N + i) * H : grad_partial + t * H;
+        args.next[k] = has_next ? next.row(i) : nullptr;
+        args.a[k] = pr[i];
+        args.b[k] = g[i];
+        args.c[k] = d[i];
+      }
+      args.gh = gh;
+      args.sw = sw;
+      args.gsw = gsw;
+      args.H = H;
+      args.stream = plan.stream_stores;
+      kernels.grad_rows(args);
+    }
   }
 }
 
