@@ -185,7 +185,7 @@ struct Forward {
   static constexpr int64_t Bc = kBlockKV;
   static constexpr int NVQ = static_cast<int>(Br / W);  // vectors per score row
 
-  static void task(const FlashAttnFwdParams& p, int out_kind, const Task& t, char* slot) {
+  static void task(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind, const Task& t, char* slot) {
     const int64_t b = t.b, n = t.n, i0 = t.i0;
     const int64_t h = n / p.group;
     const int64_t D = p.head_dim, Dv = p.head_dim_v;
@@ -199,7 +199,6 @@ struct Forward {
     T* qt = c.take<T>(D2 * Br);
     S* sc = c.take<S>(Bc * Br);
     T* pp = c.take<T>(Bc * Br);
-    T* vpair = c.take<T>(Bc * Dvp);
     S* acc = c.take<S>(Br * Dvp);
     S* m = c.take<S>(Br);
     S* l = c.take<S>(Br);
@@ -224,7 +223,13 @@ struct Forward {
     }
     for (int64_t i = 0; i < Br * Dvp; ++i) acc[i] = S(0);
 
-    const int64_t jlo = w.lo(i0), jhi = w.hi(i0 + rows - 1);
+    // bf16: key tiles start at even keys so that they line up with the staged key-row pairs
+    // (an extra key in front is masked: no row of the block can see it).
+    const int64_t jlo = KP == 2 ? (w.lo(i0) & ~int64_t(1)) : w.lo(i0), jhi = w.hi(i0 + rows - 1);
+    const T* vpairs = nullptr;
+    if (KP == 2)
+      vpairs = reinterpret_cast<const T*>(static_cast<const char*>(ws) + plan.vpair_offset) +
+               (h * plan.vpair_rows + plan.vpair_row0[b]) * 2 * Dvp;
     bool first = true;
     for (int64_t j0 = jlo; j0 <= jhi; j0 += Bc) {
       const int64_t nc = imin(Bc, jhi + 1 - j0);
@@ -272,10 +277,8 @@ struct Forward {
             cvt_f32_to_bf16(reinterpret_cast<const float*>(sc) + (j + 1) * Br, hi16, Br);
           interleave_u16(lo16, j + 1 < nc ? hi16 : nullptr, dst, Br);
         }
-        pack_row_pairs(reinterpret_cast<const uint16_t*>(v + j0 * p.v_row_stride), p.v_row_stride, nc, nc,
-                       Dv, reinterpret_cast<uint16_t*>(vpair), Dvp);
-        gemm<Ops>(rows, Dv, (nc + 1) / 2, pp, 2, 2 * Br, vpair, 2 * Dvp, acc, Dvp, first ? nullptr : alpha,
-                  first ? kAccumulate : kScaleAccumulate);
+        gemm<Ops>(rows, Dv, (nc + 1) / 2, pp, 2, 2 * Br, vpairs + j0 * Dvp, 2 * Dvp, acc, Dvp,
+                  first ? nullptr : alpha, first ? kAccumulate : kScaleAccumulate);
       }
       first = false;
     }
@@ -408,7 +411,9 @@ struct Backward {
         if (pairs)
           pack_row_pairs(reinterpret_cast<const uint16_t*>(kt), p.k_row_stride, nc, nc, D,
                          reinterpret_cast<uint16_t*>(kpair), Dp);
-        for (int64_t i0 = ilo / Br * Br; i0 <= ihi; i0 += Br) {
+        // Query tiles start at the first row that sees the key tile (even, for bf16 row pairs),
+        // so a window of W keys costs ceil((W + Bc) / Br) tiles per key tile.
+        for (int64_t i0 = ilo & ~int64_t(1); i0 <= ihi; i0 += Br) {
           const int64_t nr = imin(Br, ihi + 1 - i0);
           const bool full = nr == Br && w.lo(i0 + nr - 1) <= j0 && w.hi(i0) >= j0 + nc - 1 && i0 >= ilo;
           const int64_t row_hi = i0 + nr - 1;  // lanes past it are zeroed
@@ -577,6 +582,26 @@ inline void stage_tensor(const void* src, opDataType sdt, int64_t bs, int64_t rs
   *nhs = rows * dim;
 }
 
+// bf16 forward: v of every (batch, kv head) as key-row pairs [pair row][Dvp][2] (odd tail and
+// padding columns zero), the vector operand of O += P V.
+inline void stage_vpairs(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
+  const int64_t Dv = p.head_dim_v, Dvp = pad16(Dv);
+  uint16_t* base = reinterpret_cast<uint16_t*>(static_cast<char*>(ws) + plan.vpair_offset);
+  op_plugin::parallel_for(0, p.batch * p.heads_kv, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t b = it / p.heads_kv, h = it % p.heads_kv;
+      const int64_t rows = p.rows_kv[b];
+      const uint16_t* src = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
+                            h * p.v_head_stride;
+      uint16_t* dst = base + (h * plan.vpair_rows + plan.vpair_row0[b]) * 2 * Dvp;
+      pack_row_pairs(src, p.v_row_stride, rows, rows, Dv, dst, Dvp);
+      if (Dvp > Dv)
+        for (int64_t r = 0; r < (rows + 1) / 2; ++r)
+          std::memset(dst + r * 2 * Dvp + 2 * Dv, 0, static_cast<size_t>(2 * (Dvp - Dv)) * 2);
+    }
+  });
+}
+
 // Applies the plan's staging to the params (p0 -> p): tensors 0..4 = q, k, v, out, dout.
 template <class Dst>
 inline void stage_inputs(const FlashAttnFwdParams& p0, const void* out0, const void* dout0, const Plan& plan, void* ws,
@@ -641,16 +666,17 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
     else
       stage_inputs<uint16_t>(p0, nullptr, nullptr, plan, ws, &p, &unused, &unused);
   }
+  if (plan.compute == flash::Compute::kBf16Pairs) stage_vpairs(p, plan, ws);
   p.out = p0.out;
   p.o_batch_stride = p0.o_batch_stride;
   p.o_row_stride = p0.o_row_stride;
   p.o_head_stride = p0.o_head_stride;
   if (plan.compute == flash::Compute::kF64) {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF64>::task(p, out_kind, t, slot); });
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF64>::task(p, plan, ws, out_kind, t, slot); });
   } else if (plan.compute == flash::Compute::kBf16Pairs) {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsBf16>::task(p, out_kind, t, slot); });
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsBf16>::task(p, plan, ws, out_kind, t, slot); });
   } else {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF32>::task(p, out_kind, t, slot); });
+    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF32>::task(p, plan, ws, out_kind, t, slot); });
   }
   // Padding rows (past seqused_q): out 0, lse +inf.
   const int64_t ob = out_elem_bytes(out_kind);

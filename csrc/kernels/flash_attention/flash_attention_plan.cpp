@@ -43,15 +43,16 @@ int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv) {
     const int64_t nc = std::min(kBlockKV, skv - j0);
     const int64_t ilo = std::max<int64_t>(0, w.first_row(j0));
     const int64_t ihi = std::min(sq - 1, w.last_row(j0 + nc - 1));
-    if (ilo <= ihi) total += ihi / kBlockQ - ilo / kBlockQ + 1;
+    if (ilo <= ihi) total += ceil_div(ihi + 1 - (ilo & ~int64_t(1)), kBlockQ);
   }
   return total;
 }
 
 }  // namespace
 
-bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads,
-               std::vector<Task>* tasks, Plan* plan) {
+bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads, PlanStorage* storage,
+               Plan* plan) {
+  std::vector<Task>* tasks = &storage->tasks;
   tasks->clear();
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
@@ -91,7 +92,6 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(D2 * Br * es);          // Qt
     slot += up(Bc * Br * ss);          // scores / P (fp32)
     slot += up(Bc * Br * es);          // P in operand format (bf16 pairs)
-    slot += up(Bc * Dvp * es);         // V pairs (bf16)
     slot += up(Br * Dvp * ss);         // output accumulator
     slot += 3 * up(Br * ss);           // m, l, alpha
     slot += up((Dvp + Br) * 4);        // conversion scratch
@@ -118,20 +118,33 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   plan->stage_mask = 0;
   if (plan->stage_convert) {
     plan->stage_mask = bwd ? 0x1f : 0x7;
-  } else if (!pairs) {
-    if (!bwd) {
-      if (p.v_row_stride != Dv) plan->stage_mask |= 1 << 2;
-    } else {
-      if (p.q_row_stride != D) plan->stage_mask |= 1 << 0;
-      if (p.k_row_stride != D) plan->stage_mask |= 1 << 1;
-      if (p.o_row_stride != Dv) plan->stage_mask |= (1 << 3) | (1 << 4);
-    }
+  } else if (!bwd) {
+    if (p.k_row_stride != D) plan->stage_mask |= 1 << 1;
+    if (!pairs && p.v_row_stride != Dv) plan->stage_mask |= 1 << 2;
+  } else {
+    if (p.q_row_stride != D) plan->stage_mask |= 1 << 0;
+    if (p.k_row_stride != D) plan->stage_mask |= 1 << 1;
+    if (p.v_row_stride != Dv) plan->stage_mask |= 1 << 2;
+    if (p.o_row_stride != Dv) plan->stage_mask |= (1 << 3) | (1 << 4);
   }
   const int64_t stage_es = plan->stage_convert ? 4 : static_cast<int64_t>(dtype_size(p.dtype));
   for (int t = 0; t < 5; ++t) {
     plan->stage_numel[t] = (plan->stage_mask >> t) & 1 ? numel[t] : 0;
     plan->stage_offset[t] =
         plan->stage_numel[t] > 0 ? layout.reserve(static_cast<uint64_t>(numel[t] * stage_es)) : 0;
+  }
+  plan->vpair_rows = 0;
+  plan->vpair_row0 = nullptr;
+  if (!bwd && pairs) {
+    storage->vpair_row0.assign(static_cast<size_t>(p.batch), 0);
+    int64_t rows = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      storage->vpair_row0[b] = rows;
+      rows += (p.rows_kv[b] + 1) / 2;
+    }
+    plan->vpair_rows = rows;
+    plan->vpair_row0 = storage->vpair_row0.data();
+    plan->vpair_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * 2 * Dvp * 2));
   }
   plan->partial_rows = 0;
   if (bwd && p.group > 1) {

@@ -43,6 +43,11 @@ struct Plan {
   uint64_t slot_offset = 0, slot_bytes = 0;
   uint64_t stage_offset[5] = {0, 0, 0, 0, 0};  // q, k, v, out, dout copies
   int64_t stage_numel[5] = {0, 0, 0, 0, 0};
+  // Forward, bf16 pairs: v staged as key-row pairs per kv head, [N2][pair rows][Dvp][2];
+  // sequence b starts at pair row vpair_row0[b] (its keys 2r, 2r+1 form pair row r).
+  uint64_t vpair_offset = 0;
+  int64_t vpair_rows = 0;
+  const int64_t* vpair_row0 = nullptr;
   uint64_t partial_offset = 0;   // backward GQA: fp32/fp64 dK|dV per (kv row, query head)
   int64_t partial_rows = 0;      // rows of the partial buffer (all kv rows of all batches)
   int64_t kv_batch_rows = 0;     // kv rows per batch in the kv tensor (0 for TND)
@@ -59,10 +64,16 @@ struct Kernels {
 };
 const Kernels& kernels();
 
+// Arrays the plan points into, owned by the executor.
+struct PlanStorage {
+  std::vector<Task> tasks;
+  std::vector<int64_t> vpair_row0;
+};
+
 // Builds the task list and workspace layout. `bwd` selects the backward plan; `numel` are the
 // element counts of q, k, v, out, dout (for staging). Returns false if sizes overflow.
-bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads,
-               std::vector<Task>* tasks, Plan* plan);
+bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads, PlanStorage* storage,
+               Plan* plan);
 
 }  // namespace flash
 }  // namespace op_plugin

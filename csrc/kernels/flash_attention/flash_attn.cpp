@@ -26,7 +26,7 @@ class FlashAttnExecutor final : public opExecutor {
   Plan plan;
   Sequences seq;
   std::vector<float> sinks;
-  std::vector<Task> tasks;
+  PlanStorage storage;
 };
 
 }  // namespace
@@ -159,7 +159,7 @@ opStatus FlashAttnGetWorkspaceSize(const opTensor* q, const opTensor* k, const o
   ex->plan.kv_batch_rows = lq == Layout::kTND ? 0 : kd.rows;
   ex->plan.q_batch_rows = lq == Layout::kTND ? 0 : qd.rows;
   const int64_t numel[5] = {op_plugin::numel(*q), op_plugin::numel(*k), op_plugin::numel(*v), 0, 0};
-  if (!make_plan(p, false, numel, op_plugin::max_threads(), &ex->tasks, &ex->plan))
+  if (!make_plan(p, false, numel, op_plugin::max_threads(), &ex->storage, &ex->plan))
     return fail(OP_ERR_TILING_ERROR, "flash_attn: no valid plan for these sizes");
   *workspace_size = ex->plan.workspace_bytes;
   *executor = ex.release();

@@ -24,7 +24,7 @@ class FlashAttnGradExecutor final : public opExecutor {
   FlashAttnBwdParams params;
   Plan plan;
   Sequences seq;
-  std::vector<Task> tasks;
+  PlanStorage storage;
 };
 
 }  // namespace
@@ -170,7 +170,7 @@ opStatus FlashAttnGradGetWorkspaceSize(const opTensor* q, const opTensor* k, con
   ex->plan.q_batch_rows = lq == Layout::kTND ? 0 : qd.rows;
   const int64_t numel[5] = {op_plugin::numel(*q), op_plugin::numel(*k), op_plugin::numel(*v),
                             op_plugin::numel(*attn_out), op_plugin::numel(*dout)};
-  if (!make_plan(p, true, numel, op_plugin::max_threads(), &ex->tasks, &ex->plan))
+  if (!make_plan(p, true, numel, op_plugin::max_threads(), &ex->storage, &ex->plan))
     return fail(OP_ERR_TILING_ERROR, "flash_attn_grad: no valid plan for these sizes");
   *workspace_size = ex->plan.workspace_bytes;
   *executor = ex.release();
