@@ -12,9 +12,9 @@ namespace {
 struct Vec {
   using Reg = __m256;
   static constexpr int64_t kLanes = 8;
-  // 2 registers per tile: the backward holds gh, sw and the gsw sum for a tile (6 of the 16 ymm
-  // registers) plus the three broadcast coefficients and temporaries without spilling; a row
-  // touch in a tile is 16 fp32 = one cache line.
+  // 2 vectors per tile: 16 fp32 outputs (one cache line) per row touch in the forward mix; with
+  // only 16 ymm registers, a group of 4 rows in the backward (12 broadcast coefficients plus
+  // gh, sw, gsw and the row vectors) would spill with a larger unroll.
   static constexpr int kTile = 2;
 
   static Reg zero() { return _mm256_setzero_ps(); }

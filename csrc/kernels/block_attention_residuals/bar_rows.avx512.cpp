@@ -20,8 +20,9 @@ namespace {
 struct Vec {
   using Reg = __m512;
   static constexpr int64_t kLanes = 16;
-  // 4 registers per tile: the backward holds gh, sw and the gsw sum for a tile (12 of the 32
-  // zmm registers) plus temporaries; each row touch in a tile is 64 fp32 = 4 whole cache lines.
+  // 4 vectors per tile: the forward mix keeps 4 accumulators (64 fp32 outputs, one cache line
+  // per row and vector) live while it runs over the rows, 4 independent FMA chains to cover the
+  // FMA latency; the backward's group step unrolls 4 vectors (4 * (3 + G) loads in flight).
   static constexpr int kTile = 4;
 
   static Reg zero() { return _mm512_setzero_ps(); }
