@@ -325,6 +325,30 @@ struct Backward {
     const int64_t h = n / p.group;
     const int64_t D = p.head_dim, Dv = p.head_dim_v;
     const int64_t D2 = (D + 1) / 2 * 2, Dv2 = (Dv + 1) / 2 * 2;
+    // key tiles [t0, t1) of this chunk
+    const int64_t C = plan.bwd_chunks, chunk = t.i0;
+    const int64_t tiles = (p.seqlen_kv[b] + Bc - 1) / Bc;
+    const int64_t jbeg = chunk * tiles / C * Bc, jend = imin(p.seqlen_kv[b], (chunk + 1) * tiles / C * Bc);
+    S* dqpart = C > 1 ? reinterpret_cast<S*>(static_cast<char*>(workspace) + plan.dqpart_offset) +
+                            ((chunk * plan.dq_rows + b * plan.q_batch_rows + p.q_start[b]) * p.heads_q + n) * pad16(D)
+                      : nullptr;
+    const int64_t dqpart_ld = p.heads_q * pad16(D);
+    // dK/dV rows past seqused_kv are zero (written by the last chunk when not reduced later).
+    auto zero_kv_padding = [&]() {
+      if (p.group != 1 || chunk != C - 1) return;
+      const int64_t ob = out_elem_bytes(out_kind);
+      char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
+      char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
+      for (int64_t j = p.seqlen_kv[b]; j < p.rows_kv[b]; ++j) {
+        zero_row(out_kind, dk + j * p.dk_row_stride * ob, D);
+        zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
+      }
+    };
+    if (C > 1 && jbeg >= jend) {  // empty chunk: its dQ partial is zero
+      for (int64_t i = 0; i < p.seqlen_q[b]; ++i) std::memset(dqpart + i * dqpart_ld, 0, sizeof(S) * static_cast<size_t>(D));
+      zero_kv_padding();
+      return;
+    }
     const int64_t Dp = pad16(D), Dvp = pad16(Dv);
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
     const int64_t S1p = pad16(p.max_seqlen_q) + Br;
@@ -399,7 +423,7 @@ struct Backward {
     const int64_t prow0 = b * plan.kv_batch_rows + p.kv_start[b];
 
     // ---- key tiles -------------------------------------------------------------------------
-    for (int64_t j0 = 0; j0 < skv; j0 += Bc) {
+    for (int64_t j0 = jbeg; j0 < jend; j0 += Bc) {
       const int64_t nc = imin(Bc, skv - j0);
       const int64_t ilo = imax(0, w.first_row(j0));
       const int64_t ihi = imin(sq - 1, w.last_row(j0 + nc - 1));
@@ -485,6 +509,11 @@ struct Backward {
 
     // ---- write dQ (scaled) and zero the padding rows of this head ---------------------------
     const int64_t ob = out_elem_bytes(out_kind);
+    if (C > 1) {
+      for (int64_t i = 0; i < sq; ++i) std::memcpy(dqpart + i * dqpart_ld, dqacc + i * Dp, sizeof(S) * static_cast<size_t>(D));
+      zero_kv_padding();
+      return;
+    }
     char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
     for (int64_t i = 0; i < sq; ++i) store_row<S>(out_kind, dqacc + i * Dp, dq + i * p.dq_row_stride * ob, D, sc_out, tmp);
     for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
@@ -503,6 +532,40 @@ struct Backward {
       return bf16_to_float(x);
     else
       return static_cast<S>(x);
+  }
+
+  // Key chunks: dQ[b, i, n] = scale * sum_c dqpart[c][row][n] in chunk order; padding rows 0.
+  static void reduce_dq(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace) {
+    const int64_t D = p.head_dim, Dp = pad16(D);
+    const S* part = reinterpret_cast<const S*>(static_cast<char*>(workspace) + plan.dqpart_offset);
+    const int64_t ob = out_elem_bytes(out_kind);
+    const S sc_out = static_cast<S>(p.scale);
+    const int64_t C = plan.bwd_chunks;
+    const int64_t chunk_stride = plan.dq_rows * p.heads_q * Dp;
+    op_plugin::parallel_for(0, p.batch * p.heads_q, 1, [&](int64_t i0, int64_t i1) {
+      S row[512 + 16];
+      float tmp[512 + 16];
+      for (int64_t it = i0; it < i1; ++it) {
+        const int64_t b = it / p.heads_q, n = it % p.heads_q;
+        char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
+        const S* base = part + ((b * plan.q_batch_rows + p.q_start[b]) * p.heads_q + n) * Dp;
+        const int64_t sq = (p.seqlen_kv[b] > 0) ? p.seqlen_q[b] : 0;  // no keys: no task wrote partials
+        for (int64_t i = 0; i < p.rows_q[b]; ++i) {
+          if (i >= sq) {
+            zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
+            continue;
+          }
+          for (int64_t c0 = 0; c0 < D; c0 += 512) {
+            const int64_t cn = imin(512, D - c0);
+            const S* src = base + i * p.heads_q * Dp + c0;
+            for (int64_t cc = 0; cc < cn; ++cc) row[cc] = src[cc];
+            for (int64_t c = 1; c < C; ++c)
+              for (int64_t cc = 0; cc < cn; ++cc) row[cc] += src[c * chunk_stride + cc];
+            store_row<S>(out_kind, row, dq + (i * p.dq_row_stride + c0) * ob, cn, sc_out, tmp);
+          }
+        }
+      }
+    });
   }
 
   // GQA: dK[b, j, h] = scale * sum_{n in group h} partial[j][n][:D], dV likewise (fixed order).
@@ -714,12 +777,15 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
   if (plan.compute == flash::Compute::kF64) {
     run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsF64>::task(p, plan, out_kind, ws, t, slot); });
     if (p.group > 1) Backward<OpsF64>::reduce_group(p, plan, out_kind, ws);
+    if (plan.bwd_chunks > 1) Backward<OpsF64>::reduce_dq(p, plan, out_kind, ws);
   } else if (plan.compute == flash::Compute::kBf16Pairs) {
     run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsBf16>::task(p, plan, out_kind, ws, t, slot); });
     if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
+    if (plan.bwd_chunks > 1) Backward<OpsBf16>::reduce_dq(p, plan, out_kind, ws);
   } else {
     run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsF32>::task(p, plan, out_kind, ws, t, slot); });
     if (p.group > 1) Backward<OpsF32>::reduce_group(p, plan, out_kind, ws);
+    if (plan.bwd_chunks > 1) Backward<OpsF32>::reduce_dq(p, plan, out_kind, ws);
   }
   // Batches with no query rows produced no task: zero their dq rows (dk/dv rows are covered by
   // the task of any head with keys, or by reduce_group).

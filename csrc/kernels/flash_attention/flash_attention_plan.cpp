@@ -36,10 +36,10 @@ int64_t fwd_tiles(const RowWindow& w, int64_t i0, int64_t rows) {
   return hi < lo ? 0 : ceil_div(hi - lo + 1, kBlockKV);
 }
 
-// (key tile, query tile) pairs visited by the backward of one head.
-int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv) {
+// (key tile, query tile) pairs visited by the backward of one head over key tiles [t0, t1).
+int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64_t t1) {
   int64_t total = 0;
-  for (int64_t j0 = 0; j0 < skv; j0 += kBlockKV) {
+  for (int64_t j0 = t0 * kBlockKV; j0 < std::min(skv, t1 * kBlockKV); j0 += kBlockKV) {
     const int64_t nc = std::min(kBlockKV, skv - j0);
     const int64_t ilo = std::max<int64_t>(0, w.first_row(j0));
     const int64_t ihi = std::min(sq - 1, w.last_row(j0 + nc - 1));
@@ -63,10 +63,29 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
         for (int64_t n = 0; n < p.heads_q; ++n)
           tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), i0, cost});
       }
-    } else if (sq > 0 || skv > 0) {
-      const int64_t cost = 1 + ceil_div(sq, kBlockQ) + ceil_div(skv, kBlockKV) + bwd_tiles(w, sq, skv) * 4;
-      for (int64_t n = 0; n < p.heads_q; ++n)
-        tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), 0, cost});
+    }
+  }
+  plan->bwd_chunks = 1;
+  if (bwd) {
+    // Enough tasks to balance a few threads even when B * N1 is small (and to survive a
+    // preempted thread): at least kBwdMinTasks when the keys allow it.
+    constexpr int64_t kBwdMinTasks = 32;
+    int64_t tiles_max = 0;
+    for (int64_t b = 0; b < p.batch; ++b) tiles_max = std::max(tiles_max, ceil_div(p.seqlen_kv[b], kBlockKV));
+    const int64_t heads = std::max<int64_t>(1, p.batch * p.heads_q);
+    plan->bwd_chunks = std::max<int64_t>(1, std::min(tiles_max, ceil_div(kBwdMinTasks, heads)));
+    const int64_t C = plan->bwd_chunks;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+      if (sq == 0 && skv == 0) continue;
+      const RowWindow w = row_window(p, sq, skv);
+      const int64_t tiles = ceil_div(skv, kBlockKV);
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t t0 = c * tiles / C, t1 = (c + 1) * tiles / C;
+        const int64_t cost = 1 + ceil_div(sq, kBlockQ) + (t1 - t0) + bwd_tiles(w, sq, skv, t0, t1) * 4;
+        for (int64_t n = 0; n < p.heads_q; ++n)
+          tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), c, cost});
+      }
     }
   }
   // Longest first; ties in (b, n, i0) order. Only the schedule depends on this order, never
@@ -145,6 +164,18 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->vpair_rows = rows;
     plan->vpair_row0 = storage->vpair_row0.data();
     plan->vpair_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * 2 * Dvp * 2));
+  }
+  plan->dq_rows = 0;
+  if (bwd && plan->bwd_chunks > 1) {
+    int64_t rows = 0;
+    if (plan->q_batch_rows > 0) {
+      rows = p.batch * plan->q_batch_rows;
+    } else {
+      for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.q_start[b] + p.rows_q[b]);
+    }
+    plan->dq_rows = rows;
+    plan->dqpart_offset =
+        layout.reserve(static_cast<uint64_t>(plan->bwd_chunks * rows * p.heads_q * Dp * ss));
   }
   plan->partial_rows = 0;
   if (bwd && p.group > 1) {

@@ -16,13 +16,14 @@ enum class Compute : int32_t {
   kF64 = 2,        // double operands and accumulation
 };
 
-// One unit of work. Forward: (b, n, query block starting at row i0). Backward: (b, n), whole
-// head (i0 = 0): the task owns dQ of the head and one partial dK/dV of its kv head, so no two
-// tasks ever write the same element and nothing needs atomics.
+// One unit of work. Forward: (b, n, query block starting at row i0). Backward: (b, n, key
+// chunk i0): the task owns the dK/dV rows of its key tiles (or their partial for its query head
+// under GQA) and a dQ partial of the head, so no two tasks ever write the same element and
+// nothing needs atomics.
 struct Task {
   int32_t b;
   int32_t n;
-  int64_t i0;
+  int64_t i0;   // forward: first query row; backward: key chunk index
   int64_t cost;  // tiles visited; tasks run longest first (LPT) from a shared queue
 };
 
@@ -48,6 +49,12 @@ struct Plan {
   uint64_t vpair_offset = 0;
   int64_t vpair_rows = 0;
   const int64_t* vpair_row0 = nullptr;
+  // Backward key chunks: the key tiles of a head are split into `bwd_chunks` contiguous ranges
+  // (a function of the shapes only, never of the thread count). With more than one chunk each
+  // chunk writes a dQ partial, [chunk][q row][N1][Dp], summed in chunk order afterwards.
+  int64_t bwd_chunks = 1;
+  uint64_t dqpart_offset = 0;
+  int64_t dq_rows = 0;           // q rows of all batches (rows of the dQ partial)
   uint64_t partial_offset = 0;   // backward GQA: fp32/fp64 dK|dV per (kv row, query head)
   int64_t partial_rows = 0;      // rows of the partial buffer (all kv rows of all batches)
   int64_t kv_batch_rows = 0;     // kv rows per batch in the kv tensor (0 for TND)
