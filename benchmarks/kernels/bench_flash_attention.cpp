@@ -183,12 +183,49 @@ static void run(const Shape& s) {
   std::fflush(stdout);
 }
 
+// Workspace of one forward + backward at S = 32768, N = 8, D = 128, float32 (stage 1 only):
+// everything the kernels use beyond the tensors themselves; linear in S.
+static void report_workspace() {
+  for (const char* layout : {"BNSD", "BSND"}) {
+    const int64_t B = 1, N = 8, S = 32768, D = 128;
+    const bool bnsd = layout[1] == 'N';
+    std::vector<int64_t> shape = bnsd ? std::vector<int64_t>{B, N, S, D} : std::vector<int64_t>{B, S, N, D};
+    opTensor q{};
+    q.dtype = OP_DT_FLOAT;
+    q.ndim = 4;
+    int64_t n = 1;
+    for (int d = 3; d >= 0; --d) { q.shape[d] = shape[d]; q.strides[d] = n; n *= shape[d]; }
+    static float dummy[4];
+    q.data = dummy;  // stage 1 never reads tensor data (only cu_seqlens / seqused)
+    opTensor lse = q;
+    lse.ndim = 3;
+    lse.shape[0] = B; lse.shape[1] = N; lse.shape[2] = S;
+    lse.strides[2] = 1; lse.strides[1] = S; lse.strides[0] = N * S;
+    uint64_t fw = 0, bw = 0;
+    opExecutor* ex = nullptr;
+    FlashAttnGetWorkspaceSize(&q, &q, &q, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1.0, 0,
+                              -1, -1, -1, -1, layout, layout, layout, true, &q, &lse, &fw, &ex);
+    opDestroyExecutor(ex);
+    FlashAttnGradGetWorkspaceSize(&q, &q, &q, &q, &q, &lse, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                  1.0, 0, -1, -1, -1, -1, layout, layout, layout, &q, &q, &q, &bw, &ex);
+    opDestroyExecutor(ex);
+    const double tensor_mb = static_cast<double>(n) * 4 / (1 << 20);
+    std::printf("workspace S=32768 N=8 D=128 float32 %s: fwd %.1f MiB, bwd %.1f MiB (one q/k/v tensor: %.1f MiB)\n",
+                layout, fw / 1048576.0, bw / 1048576.0, tensor_mb);
+  }
+}
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const char* filter = argc > 2 ? argv[2] : "";
   pool::start(threads);
   opSetParallelBackend(&pool::backend);
   std::printf("threads %d\n", threads);
+  if (std::strcmp(filter, "workspace") == 0) {
+    report_workspace();
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
   const Shape shapes[] = {
       {"dense float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 7},
       {"dense float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, true, 5},

@@ -397,6 +397,27 @@ static void run_case(const Case& c, opDataType dt, bool check_threads, uint32_t 
   }
 }
 
+// return_softmax_lse = false: the 1-element lse is left alone and out is unchanged.
+static void test_no_lse() {
+  Case c;
+  c.S1 = 40;
+  c.S2 = 50;
+  c.mode = 3;
+  Inputs in = make_inputs(c, OP_DT_FLOAT, 3);
+  FwdResult ref = run_fwd(c, in, OP_DT_FLOAT);
+  Buf out = make_buf(OP_DT_FLOAT, {1, 40, 2, 32});
+  Buf lse = make_buf(OP_DT_FLOAT, {1});
+  uint64_t ws_size = 0;
+  opExecutor* ex = nullptr;
+  opStatus st = FlashAttnGetWorkspaceSize(&in.q.t, &in.k.t, &in.v.t, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          &in.mask.t, nullptr, c.scale, 3, -1, -1, -1, -1, "BSND", "BSND", "BSND", false,
+                                          &out.t, &lse.t, &ws_size, &ex);
+  std::vector<unsigned char> ws(ws_size + 64);
+  if (st == OP_SUCCESS) st = FlashAttn(ws.data(), ws_size, ex, nullptr);
+  EXPECT(st == OP_SUCCESS && out.bytes == ref.out.bytes && get(lse, 0) == 0.0,
+         "return_softmax_lse=false: status %d, out equal %d, lse %g", st, (int)(out.bytes == ref.out.bytes), get(lse, 0));
+}
+
 static void test_errors() {
   Case c;
   c.layout = "TND";
@@ -493,6 +514,9 @@ static std::vector<Case> cases() {
   { Case c; c.layout = "TND"; c.lq = {30, 65, 0}; c.lkv = {30, 65, 10}; c.mode = 4; c.wl = 9; c.wr = 4; c.sinks = true; add(c); }
   { Case c; c.layout = "TND"; c.lq = {40, 50}; c.lkv = {60, 20}; c.used_q = {30, 60}; c.used_kv = {60, 5}; c.D = 48; c.Dv = 16; add(c); }
   { Case c; c.layout = "TND"; c.lq = {150}; c.lkv = {150}; c.N1 = 2; c.N2 = 1; c.D = 64; c.Dv = 64; c.mode = 3; add(c); }
+  // production head dims
+  { Case c; c.N1 = 2; c.N2 = 2; c.D = 128; c.Dv = 128; c.S1 = 70; c.S2 = 100; c.mode = 3; add(c); }
+  { Case c; c.N1 = 2; c.N2 = 1; c.D = 256; c.Dv = 256; c.S1 = 33; c.S2 = 40; c.mode = 4; c.wl = 12; c.wr = 3; add(c); }
   return cs;
 }
 
@@ -500,6 +524,7 @@ static int run_all_here() {
   opSetParallelBackend(&g_backend);
   std::printf("ISA %s\n", isa_name(active_isa()));
   test_errors();
+  test_no_lse();
   const opDataType dts[] = {OP_DT_FLOAT, OP_DT_BF16, OP_DT_FLOAT16, OP_DT_DOUBLE};
   const std::vector<Case> cs = cases();
   uint32_t seed = 7;

@@ -69,11 +69,20 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   if (bwd) {
     // Enough tasks to balance a few threads even when B * N1 is small (and to survive a
     // preempted thread): at least kBwdMinTasks when the keys allow it.
-    constexpr int64_t kBwdMinTasks = 32;
-    int64_t tiles_max = 0;
-    for (int64_t b = 0; b < p.batch; ++b) tiles_max = std::max(tiles_max, ceil_div(p.seqlen_kv[b], kBlockKV));
+    // The dQ partials cost chunks x |dQ| in fp32, so large problems (which have enough heads
+    // or enough rows to balance anyway) are capped at 2^24 partial elements.
+    constexpr int64_t kBwdMinTasks = 16;
+    constexpr int64_t kMaxPartialElems = int64_t(1) << 24;
+    int64_t tiles_max = 0, q_rows = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      tiles_max = std::max(tiles_max, ceil_div(p.seqlen_kv[b], kBlockKV));
+      q_rows += p.rows_q[b];
+    }
     const int64_t heads = std::max<int64_t>(1, p.batch * p.heads_q);
-    plan->bwd_chunks = std::max<int64_t>(1, std::min(tiles_max, ceil_div(kBwdMinTasks, heads)));
+    const int64_t dq_elems = std::max<int64_t>(1, q_rows * p.heads_q * pad16(p.head_dim));
+    int64_t chunks = std::min(tiles_max, ceil_div(kBwdMinTasks, heads));
+    chunks = std::min(chunks, kMaxPartialElems / dq_elems);
+    plan->bwd_chunks = std::max<int64_t>(1, chunks);
     const int64_t C = plan->bwd_chunks;
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
