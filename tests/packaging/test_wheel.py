@@ -36,10 +36,11 @@ def test_wheel_in_fresh_venv(tmp_path) -> None:
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
     # torch comes from the environment running the tests (no second multi-GB copy); it is put
-    # after the venv's own site-packages, so the venv's op_plugin wins over any other install.
+    # after the venv's own site-packages, so the venv's op_plugin wins over any other install
+    # (--ignore-installed: pip would otherwise see that other op_plugin through the .pth and skip).
     with open(os.path.join(site, "torch_from_host.pth"), "w") as f:
         f.write(os.path.dirname(os.path.dirname(torch.__file__)) + "\n")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheels[0]], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--ignore-installed", wheels[0]], check=True)
     result = subprocess.run([python, "-c", CALL], cwd=tmp_path, env={**os.environ, "VENV": str(env_dir)},
-                            check=True, capture_output=True, text=True)
-    assert result.stdout.startswith("ok")
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("ok"), result.stdout + result.stderr
