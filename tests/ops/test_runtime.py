@@ -1,0 +1,61 @@
+"""The runtime facts op_plugin reports, and the switches it reads from the environment."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import op_plugin
+from op_plugin import _C
+
+ISA_LEVELS = ("baseline", "avx2", "avx512", "avx512_bf16")
+
+
+def run_python(code: str, **env: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, **env}, cwd="/")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_helper_module_reports_version_isa_and_flags() -> None:
+    assert _C.kernel_library_version() == "0.1.0"
+    assert op_plugin.isa_level() in ISA_LEVELS
+    assert "torch " + torch.__version__ in _C.build_flags()
+
+
+def test_doctor_prints_the_facts() -> None:
+    out = run_python("from op_plugin.__main__ import main; main(['doctor'])")
+    for field in ("torch", "kernel library", "ISA level", "threads", "strict mode", "ops"):
+        assert field in out
+    assert "block_attention_residuals" in out
+
+
+@pytest.mark.parametrize("level", ["baseline", "avx2"])
+def test_every_isa_level_computes_the_same_result(level: str) -> None:
+    """OP_PLUGIN_ISA caps the dispatch level; each level's kernels agree with the native ones."""
+    code = (
+        "import torch, op_plugin\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x = [torch.randn(s, generator=g).to(torch.bfloat16).requires_grad_() for s in [(33, 70), (33, 3, 70), (70,), (70,)]]\n"
+        "out = op_plugin.block_attention_residuals(*x)\n"
+        "out.float().square().sum().backward()\n"
+        "torch.save([out.detach()] + [t.grad for t in x], '{path}')\n"
+        "print(op_plugin.isa_level())\n")
+    native = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"op_plugin_isa_native_{os.getpid()}.pt")
+    capped = native.replace("native", level)
+    assert run_python(code.format(path=native)) == op_plugin.isa_level()
+    assert run_python(code.format(path=capped), OP_PLUGIN_ISA=level) == level
+    for a, b in zip(torch.load(native), torch.load(capped)):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    os.remove(native)
+    os.remove(capped)
+
+
+def test_strict_mode_from_environment() -> None:
+    assert run_python("import op_plugin; print(op_plugin._C.strict_mode())", OP_PLUGIN_STRICT="1") == "True"
+    assert run_python("import op_plugin; print(op_plugin._C.strict_mode())", OP_PLUGIN_STRICT="0") == "False"
+
