@@ -86,6 +86,7 @@ struct OpsGeneric {
   using S = Tp;
   static constexpr int W = Bytes / static_cast<int>(sizeof(Tp));
   static constexpr int KP = 1;
+  static constexpr bool kNativeBf16 = false;
   typedef Tp V __attribute__((vector_size(Bytes)));
   using BV = V;
   using AV = V;
@@ -136,6 +137,7 @@ struct OpsGeneric {
 #if defined(__AVX2__) && !defined(__AVX512F__)
 // ---- AVX2 + FMA float ----------------------------------------------------------------------
 struct OpsAvx2F {
+  static constexpr bool kNativeBf16 = false;
   using T = float;
   using S = float;
   static constexpr int W = 8;
@@ -206,6 +208,7 @@ struct OpsAvx2F {
 #if defined(__AVX512F__)
 // ---- AVX-512 float -------------------------------------------------------------------------
 struct Ops512Base {
+  static constexpr bool kNativeBf16 = false;
   using S = float;
   static constexpr int W = 16;
   using V = __m512;
@@ -269,6 +272,7 @@ struct Ops512F : Ops512Base {
 // bf16 pairs: B vectors hold 16 columns x 2 consecutive k (32 bf16, "VNNI" order), A is a
 // broadcast 32-bit pair; vdpbf16ps adds a0*b0 + a1*b1 into each fp32 lane.
 struct Ops512Bf16 : Ops512Base {
+  static constexpr bool kNativeBf16 = true;
   using T = uint16_t;
   static constexpr int KP = 2;
   using BV = __m512bh;
@@ -288,14 +292,20 @@ struct Ops512Bf16 : Ops512Base {
 #endif  // __AVX512F__
 
 // ---- vector conversion helpers for packing / output ------------------------------------
-// Convert n floats to bf16 (round to nearest even).
+// Convert n floats to bf16 (round to nearest even). kNative: the AVX512_BF16 instruction may be
+// used (the AVX-512 translation unit is compiled with -mavx512bf16 but also serves CPUs without
+// it, whose paths pass false).
+template <bool kNative>
 inline void cvt_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512BF16__)
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
-#elif defined(__AVX512F__)
+  if constexpr (kNative) {
+    for (; i + 16 <= n; i += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+  }
+#endif
+#if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16) {
     __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));

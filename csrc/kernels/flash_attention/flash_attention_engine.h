@@ -51,7 +51,7 @@ constexpr double kLn2 = 0.6931471805599453;
 // Output element kinds.
 enum Out : int { kOutF32 = 0, kOutF64 = 1, kOutBf16 = 2, kOutF16 = 3 };
 
-template <class S>
+template <class S, bool kNativeBf16>
 inline void store_row(int out_kind, const S* src, void* dst, int64_t n, S scale, float* tmp) {
   if (out_kind == kOutF64) {
     double* d = static_cast<double*>(dst);
@@ -65,7 +65,7 @@ inline void store_row(int out_kind, const S* src, void* dst, int64_t n, S scale,
   }
   for (int64_t c = 0; c < n; ++c) tmp[c] = static_cast<float>(src[c] * scale);
   if (out_kind == kOutBf16)
-    cvt_f32_to_bf16(tmp, static_cast<uint16_t*>(dst), n);
+    cvt_f32_to_bf16<kNativeBf16>(tmp, static_cast<uint16_t*>(dst), n);
   else
     cvt_f32_to_f16(tmp, static_cast<uint16_t*>(dst), n);
 }
@@ -272,9 +272,9 @@ struct Forward {
           uint16_t* dst = reinterpret_cast<uint16_t*>(pp) + j * Br;
           uint16_t* lo16 = reinterpret_cast<uint16_t*>(tmp);  // Br halves of scratch
           uint16_t* hi16 = lo16 + Br;
-          cvt_f32_to_bf16(reinterpret_cast<const float*>(sc) + j * Br, lo16, Br);
+          cvt_f32_to_bf16<Ops::kNativeBf16>(reinterpret_cast<const float*>(sc) + j * Br, lo16, Br);
           if (j + 1 < nc)
-            cvt_f32_to_bf16(reinterpret_cast<const float*>(sc) + (j + 1) * Br, hi16, Br);
+            cvt_f32_to_bf16<Ops::kNativeBf16>(reinterpret_cast<const float*>(sc) + (j + 1) * Br, hi16, Br);
           interleave_u16(lo16, j + 1 < nc ? hi16 : nullptr, dst, Br);
         }
         gemm<Ops>(rows, Dv, (nc + 1) / 2, pp, 2, 2 * Br, vpairs + j0 * Dvp, 2 * Dvp, acc, Dvp,
@@ -297,7 +297,7 @@ struct Forward {
         if (p.lse) lse.set(lse_base + i * p.lse_row_stride, INFINITY);
         continue;
       }
-      store_row<S>(out_kind, acc + i * Dvp, orow, Dv, S(1) / l[i], tmp);
+      store_row<S, Ops::kNativeBf16>(out_kind, acc + i * Dvp, orow, Dv, S(1) / l[i], tmp);
       if (p.lse)
         lse.set(lse_base + i * p.lse_row_stride,
                 (static_cast<double>(m[i]) + std::log2(static_cast<double>(l[i]))) * kLn2);
@@ -475,8 +475,8 @@ struct Backward {
             uint16_t* di16 = reinterpret_cast<uint16_t*>(dsi);
             const float* scf = reinterpret_cast<const float*>(sc);
             const float* dpf = reinterpret_cast<const float*>(dp);
-            cvt_f32_to_bf16(scf, p16, nc * Br);
-            cvt_f32_to_bf16(dpf, d16, nc * Br);
+            cvt_f32_to_bf16<Ops::kNativeBf16>(scf, p16, nc * Br);
+            cvt_f32_to_bf16<Ops::kNativeBf16>(dpf, d16, nc * Br);
             for (int64_t j = 0; j < nc; j += 2)
               interleave_u16(d16 + j * Br, j + 1 < nc ? d16 + (j + 1) * Br : nullptr, di16 + j * Br, Br);
             const int64_t kr = (nr + 1) / 2;
@@ -495,8 +495,8 @@ struct Backward {
         char* dv = static_cast<char*>(p.dv) +
                    (b * p.dv_batch_stride + (p.kv_start[b] + j0) * p.dv_row_stride + h * p.dv_head_stride) * ob;
         for (int64_t j = 0; j < nc; ++j) {
-          store_row<S>(out_kind, dkacc + j * Dp, dk + j * p.dk_row_stride * ob, D, sc_out, tmp);
-          store_row<S>(out_kind, dvacc + j * Dvp, dv + j * p.dv_row_stride * ob, Dv, S(1), tmp);
+          store_row<S, Ops::kNativeBf16>(out_kind, dkacc + j * Dp, dk + j * p.dk_row_stride * ob, D, sc_out, tmp);
+          store_row<S, Ops::kNativeBf16>(out_kind, dvacc + j * Dvp, dv + j * p.dv_row_stride * ob, Dv, S(1), tmp);
         }
       } else {
         for (int64_t j = 0; j < nc; ++j) {
@@ -515,7 +515,7 @@ struct Backward {
       return;
     }
     char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
-    for (int64_t i = 0; i < sq; ++i) store_row<S>(out_kind, dqacc + i * Dp, dq + i * p.dq_row_stride * ob, D, sc_out, tmp);
+    for (int64_t i = 0; i < sq; ++i) store_row<S, Ops::kNativeBf16>(out_kind, dqacc + i * Dp, dq + i * p.dq_row_stride * ob, D, sc_out, tmp);
     for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
     if (direct) {
       char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
@@ -561,7 +561,7 @@ struct Backward {
             for (int64_t cc = 0; cc < cn; ++cc) row[cc] = src[cc];
             for (int64_t c = 1; c < C; ++c)
               for (int64_t cc = 0; cc < cn; ++cc) row[cc] += src[c * chunk_stride + cc];
-            store_row<S>(out_kind, row, dq + (i * p.dq_row_stride + c0) * ob, cn, sc_out, tmp);
+            store_row<S, Ops::kNativeBf16>(out_kind, row, dq + (i * p.dq_row_stride + c0) * ob, cn, sc_out, tmp);
           }
         }
       }
@@ -603,7 +603,7 @@ struct Backward {
                 for (int64_t cc = 0; cc < cn; ++cc) rowk[cc] += src[cc];
               }
               char* dst = part == 0 ? dk + (j * p.dk_row_stride + c0) * ob : dv + (j * p.dv_row_stride + c0) * ob;
-              store_row<S>(out_kind, rowk, dst, cn, part == 0 ? sc_out : S(1), tmp);
+              store_row<S, Ops::kNativeBf16>(out_kind, rowk, dst, cn, part == 0 ? sc_out : S(1), tmp);
             }
           }
         }
