@@ -268,13 +268,18 @@ void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out) {
   f.k2 = in.k2.bytes.data(); f.v2 = in.v2.bytes.data();
   f.mask = in.has_mask ? in.mask.bytes.data() : nullptr;
   f.softmax_max = out.mx.bytes.data(); f.softmax_sum = out.sm.bytes.data(); f.out = out.o.bytes.data();
-  const size_t es = p.dt == OP_DT_DOUBLE ? 8 : 4;
   f.threads = g_threads;
-  f.scratch_bytes = (floyd::FwdScratch::total(p.D) * es + 63) / 64 * 64;
-  std::vector<unsigned char> ws(f.scratch_bytes * f.threads + 64);
+  const floyd::WorkspaceSizes fs = floyd::fwd_workspace(p.dt, p.N, p.M, p.K, p.D);
+  f.scratch_bytes = fs.slot;
+  f.shared_bytes = fs.shared;
+  // 64-byte aligned base, as the workspace the API hands out.
+  std::vector<unsigned char> ws(f.shared_bytes + f.scratch_bytes * f.threads + 64);
+  auto aligned = [](std::vector<unsigned char>& v) {
+    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(v.data()) + 63) / 64 * 64);
+  };
   void (*fwd)(const floyd::FwdPlan&, void*) = isa == 0 ? floyd::baseline::forward : isa == 1 ? floyd::avx2::forward : floyd::avx512::forward;
   void (*bwd)(const floyd::BwdPlan&, void*) = isa == 0 ? floyd::baseline::backward : isa == 1 ? floyd::avx2::backward : floyd::avx512::backward;
-  fwd(f, ws.data());
+  fwd(f, aligned(ws));
   floyd::BwdPlan g{};
   g.dtype = p.dt; g.B = p.B; g.H = p.H; g.N = p.N; g.M = p.M; g.K = p.K; g.D = p.D; g.scale = p.scale;
   g.dy = in.dy.bytes.data(); g.q = f.q; g.k1 = f.k1; g.v1 = f.v1; g.k2 = f.k2; g.v2 = f.v2; g.o = f.out;
@@ -282,9 +287,11 @@ void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out) {
   g.dq = out.dq.bytes.data(); g.dk1 = out.dk1.bytes.data(); g.dv1 = out.dv1.bytes.data();
   g.dk2 = out.dk2.bytes.data(); g.dv2 = out.dv2.bytes.data();
   g.threads = g_threads;
-  g.scratch_bytes = (floyd::BwdScratch::total(p.K, p.D) * es + 63) / 64 * 64;
-  ws.assign(g.scratch_bytes * g.threads + 64, 0);
-  bwd(g, ws.data());
+  const floyd::WorkspaceSizes bs = floyd::bwd_workspace(p.dt, p.N, p.M, p.K, p.D);
+  g.scratch_bytes = bs.slot;
+  g.shared_bytes = bs.shared;
+  ws.assign(g.shared_bytes + g.scratch_bytes * g.threads + 64, 0);
+  bwd(g, aligned(ws));
 }
 
 std::string describe(const Problem& p) {

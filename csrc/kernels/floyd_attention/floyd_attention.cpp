@@ -93,15 +93,11 @@ opStatus check_inputs(const opTensor* q, const opTensor* k1, const opTensor* v1,
   return OP_SUCCESS;
 }
 
-uint64_t slot_bytes(int64_t elems, opDataType dt) {
-  const uint64_t bytes = static_cast<uint64_t>(elems) * (dt == OP_DT_DOUBLE ? 8u : 4u);
-  return (bytes + WorkspaceLayout::kAlignment - 1) / WorkspaceLayout::kAlignment * WorkspaceLayout::kAlignment;
-}
-
-// Reserves one scratch slot per thread the backend may run.
-uint64_t reserve_slots(uint64_t slot, int* threads) {
+// Reserves the shared region and one scratch slot per thread the backend may run.
+uint64_t reserve_slots(uint64_t shared, uint64_t slot, int* threads) {
   *threads = max_threads() > 0 ? max_threads() : 1;
   WorkspaceLayout layout;
+  if (shared > 0) layout.reserve(shared);
   for (int t = 0; t < *threads; ++t) layout.reserve(slot);
   return layout.size();
 }
@@ -199,8 +195,10 @@ opStatus FusedFloydAttentionGetWorkspaceSize(const opTensor* query_ik, const opT
   plan.softmax_max = softmax_max->data; plan.softmax_sum = softmax_sum->data; plan.out = attention_out->data;
   uint64_t bytes = 0;
   if (s.B * s.H * s.N * s.M > 0) {
-    plan.scratch_bytes = slot_bytes(FwdScratch::total(s.D), dt);
-    bytes = reserve_slots(plan.scratch_bytes, &plan.threads);
+    const WorkspaceSizes ws = fwd_workspace(dt, s.N, s.M, s.K, s.D);
+    plan.scratch_bytes = ws.slot;
+    plan.shared_bytes = ws.shared;
+    bytes = reserve_slots(ws.shared, ws.slot, &plan.threads);
   }
   *executor = new (std::nothrow) FwdExecutor(plan, bytes);
   if (*executor == nullptr) return fail(OP_ERR_RUNTIME_ERROR, "FusedFloydAttention: out of memory for the executor");
@@ -265,8 +263,10 @@ opStatus FusedFloydAttentionGradGetWorkspaceSize(
   uint64_t bytes = 0;
   // Work exists when any output is non-empty: dQ (N, M), dK1/dV1 (N, K), dK2/dV2 (K, M).
   if (s.B * s.H * s.D > 0 && (s.N * s.M > 0 || s.N * s.K > 0 || s.K * s.M > 0)) {
-    plan.scratch_bytes = slot_bytes(BwdScratch::total(s.K, s.D), dt);
-    bytes = reserve_slots(plan.scratch_bytes, &plan.threads);
+    const WorkspaceSizes ws = bwd_workspace(dt, s.N, s.M, s.K, s.D);
+    plan.scratch_bytes = ws.slot;
+    plan.shared_bytes = ws.shared;
+    bytes = reserve_slots(ws.shared, ws.slot, &plan.threads);
   }
   *executor = new (std::nothrow) BwdExecutor(plan, bytes);
   if (*executor == nullptr) return fail(OP_ERR_RUNTIME_ERROR, "FusedFloydAttentionGrad: out of memory for the executor");

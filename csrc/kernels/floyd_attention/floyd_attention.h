@@ -48,6 +48,7 @@ struct FwdPlan {
   void* out;                 // [B,H,N,M,D]
   int threads;               // per-thread scratch slots reserved in the workspace
   uint64_t scratch_bytes;    // bytes of one slot (multiple of 64)
+  uint64_t shared_bytes;     // bytes shared by all threads, before the slots (multiple of 64)
 };
 
 struct BwdPlan {
@@ -71,6 +72,7 @@ struct BwdPlan {
   void* dv2;
   int threads;
   uint64_t scratch_bytes;
+  uint64_t shared_bytes;
 };
 
 // ---- Workspace ---------------------------------------------------------------------------------
@@ -93,6 +95,61 @@ struct BwdScratch {
     return 7 * kBN * kBM * D + 3 * kBN * kBM * kBK + 3 * kBN * kBM + kBK * D + 2 * acc(K, D);
   }
 };
+
+// ---- AVX-512 path (floyd_attention_avx512.inc) ---------------------------------------------
+// Logits live row-major ([n][m][k], k contiguous): both score GEMMs accumulate into the same rows
+// with Q / dY rows as the broadcast operand, against K/V slices packed once ("B along d":
+// [d/KP][k][KP]; "B along k": [k/KP][d][KP]; KP = 2 for bf16 pairs, 1 otherwise). K1/V1 slices of
+// an n block are packed per work unit, K2/V2 slices of a (b, h) once per (b, h) into the shared
+// region. The backward computes P and dS once per tile (10 GEMM-sized terms); dK2/dV2 sum over n
+// into kGroups fixed partial buffers (each owned by one work unit, n blocks in ascending order)
+// that are then added in group order: the result does not depend on the thread count.
+// Sizes below are in 4-byte elements; every buffer is rounded to 16 elements (64 bytes).
+namespace fast {
+constexpr int64_t TN = 16;       // n rows of a tile
+constexpr int64_t TM = 16;       // m rows of a tile
+constexpr int64_t KB = 64;       // keys per block (row length of the logit tiles)
+constexpr int64_t kGroups = 2;   // dK2/dV2 partial buffers per (b, h)
+// Row strides padded by 64 bytes off a power of two, so that rows a GEMM walks down do not all
+// map to the same L1 sets: tile rows (LT floats), packed "B along d" rows, dK^T accumulator rows.
+constexpr int64_t LT = KB + 16;
+inline int64_t ru(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+inline int64_t bd_elems(int64_t K, int64_t D) { return ru(D, 2) * (ru(K, 2) + 16); }  // one slice
+inline int64_t acc_ld(int64_t K) { return ru(K, 16) + 16; }
+inline int64_t buf(int64_t elems) { return ru(elems, 16); }
+inline int64_t groups(int64_t N) { const int64_t nb = ceil_div(N, TN); return nb < kGroups ? nb : kGroups; }
+// One (b, h): K2 and V2 packed ("B along d" for the logits, "B along k" for the output).
+inline int64_t fwd_shared(int64_t M, int64_t K, int64_t D) { return 2 * buf(M * bd_elems(K, D)); }
+inline int64_t fwd_slot(int64_t K, int64_t D) {
+  const int64_t tile = TN * TM;
+  return 2 * buf(TN * bd_elems(K, D)) + 2 * buf(tile * ru(D, 2)) + 2 * buf(tile * LT) +
+         buf(tile * ru(D, 16)) + 3 * buf(tile) + buf(TN * KB);
+}
+// K2 ("B along d"), V2 ("B along d"), K2 ("B along k"); dK2/dV2 partials [g][m][d][k].
+inline int64_t bwd_shared(int64_t N, int64_t M, int64_t K, int64_t D) {
+  return 3 * buf(M * bd_elems(K, D)) + 2 * groups(N) * buf(M * D * acc_ld(K));
+}
+inline int64_t bwd_slot(int64_t K, int64_t D) {
+  const int64_t tile = TN * TM;
+  return 3 * buf(TN * bd_elems(K, D)) + 8 * buf(tile * ru(D, 2)) + 8 * buf(tile * LT) +
+         buf(tile * ru(D, 16)) + 2 * buf(TN * D * acc_ld(K)) + 3 * buf(tile) + buf(TN * KB);
+}
+}  // namespace fast
+
+// Bytes of the shared region and of one per-thread slot, for any ISA build.
+struct WorkspaceSizes { uint64_t shared, slot; };
+inline uint64_t round64(uint64_t b) { return (b + 63) / 64 * 64; }
+inline WorkspaceSizes fwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D) {
+  (void)N;
+  if (dt == OP_DT_DOUBLE) return {0, round64(static_cast<uint64_t>(FwdScratch::total(D)) * 8)};
+  const int64_t slot = FwdScratch::total(D) > fast::fwd_slot(K, D) ? FwdScratch::total(D) : fast::fwd_slot(K, D);
+  return {round64(static_cast<uint64_t>(fast::fwd_shared(M, K, D)) * 4), round64(static_cast<uint64_t>(slot) * 4)};
+}
+inline WorkspaceSizes bwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D) {
+  if (dt == OP_DT_DOUBLE) return {0, round64(static_cast<uint64_t>(BwdScratch::total(K, D)) * 8)};
+  const int64_t slot = BwdScratch::total(K, D) > fast::bwd_slot(K, D) ? BwdScratch::total(K, D) : fast::bwd_slot(K, D);
+  return {round64(static_cast<uint64_t>(fast::bwd_shared(N, M, K, D)) * 4), round64(static_cast<uint64_t>(slot) * 4)};
+}
 
 // ---- Per-ISA entry points (floyd_attention_<isa>.cpp) ------------------------------------------
 // Each runs the whole op with op_plugin::parallel_for; results do not depend on the thread count.

@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include "floyd_attention.h"
+#include "kernels/common/gemm_ukernel.h"
+#include "op_plugin/isa.h"
 #include "op_plugin/parallel.h"
 
 namespace op_plugin {
@@ -95,25 +97,33 @@ struct V {
   }
 };
 
-#include "floyd_attention_simd.inc"
-#include "floyd_attention_driver.inc"
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline float scalar_exp(float x) { return __builtin_expf(x); }
+
+#include "floyd_attention_avx512.inc"
 
 }  // namespace
 
 void forward(const FwdPlan& plan, void* workspace) {
   switch (plan.dtype) {
-    case OP_DT_FLOAT: forward_typed<float, float>(plan, workspace); break;
-    case OP_DT_FLOAT16: forward_typed<F16, float>(plan, workspace); break;
-    case OP_DT_BF16: forward_typed<BF16, float>(plan, workspace); break;
+    case OP_DT_FLOAT: fastk::forward_fast<float, isa_avx512::Ops512F>(plan, workspace); break;
+    case OP_DT_FLOAT16: fastk::forward_fast<F16, isa_avx512::Ops512F>(plan, workspace); break;
+    case OP_DT_BF16:
+      if (active_isa() == Isa::kAvx512Bf16) fastk::forward_fast<BF16, isa_avx512::Ops512Bf16>(plan, workspace);
+      else fastk::forward_fast<BF16, isa_avx512::Ops512F>(plan, workspace);
+      break;
     default: break;  // float64 runs in the baseline build
   }
 }
 
 void backward(const BwdPlan& plan, void* workspace) {
   switch (plan.dtype) {
-    case OP_DT_FLOAT: backward_typed<float, float>(plan, workspace); break;
-    case OP_DT_FLOAT16: backward_typed<F16, float>(plan, workspace); break;
-    case OP_DT_BF16: backward_typed<BF16, float>(plan, workspace); break;
+    case OP_DT_FLOAT: fastk::backward_fast<float, isa_avx512::Ops512F>(plan, workspace); break;
+    case OP_DT_FLOAT16: fastk::backward_fast<F16, isa_avx512::Ops512F>(plan, workspace); break;
+    case OP_DT_BF16:
+      if (active_isa() == Isa::kAvx512Bf16) fastk::backward_fast<BF16, isa_avx512::Ops512Bf16>(plan, workspace);
+      else fastk::backward_fast<BF16, isa_avx512::Ops512F>(plan, workspace);
+      break;
     default: break;
   }
 }
