@@ -126,13 +126,28 @@ struct Shape {
   int64_t B, N, S, D, mode, wl, wr;
   bool bwd;
   int reps;
+  bool tnd = false;  // TND with kTndLengths (B, S ignored)
 };
 
+// TND benchmark: 8 sequences of mixed lengths summing to 8192.
+static const int64_t kTndLengths[8] = {512, 1024, 1536, 256, 2048, 768, 1280, 768};
+
 static void run(const Shape& s) {
-  T4 q(s.dt, {s.B, s.S, s.N, s.D}), k(s.dt, {s.B, s.S, s.N, s.D}), v(s.dt, {s.B, s.S, s.N, s.D});
-  T4 out(s.dt, {s.B, s.S, s.N, s.D}), dout(s.dt, {s.B, s.S, s.N, s.D}), lse(OP_DT_FLOAT, {s.B, s.N, s.S});
-  T4 dq(s.dt, {s.B, s.S, s.N, s.D}), dk(s.dt, {s.B, s.S, s.N, s.D}), dv(s.dt, {s.B, s.S, s.N, s.D});
+  const bool tnd = s.tnd;
+  const int64_t T = 8192;
+  const std::vector<int64_t> shp = tnd ? std::vector<int64_t>{T, s.N, s.D} : std::vector<int64_t>{s.B, s.S, s.N, s.D};
+  const std::vector<int64_t> lshp = tnd ? std::vector<int64_t>{s.N, T} : std::vector<int64_t>{s.B, s.N, s.S};
+  const char* layout = tnd ? "TND" : "BSND";
+  T4 q(s.dt, shp), k(s.dt, shp), v(s.dt, shp);
+  T4 out(s.dt, shp), dout(s.dt, shp), lse(OP_DT_FLOAT, lshp);
+  T4 dq(s.dt, shp), dk(s.dt, shp), dv(s.dt, shp);
   T4 mask(OP_DT_INT8, {2048, 2048});
+  T4 cu(OP_DT_INT32, {9});
+  for (int b = 0, acc = 0; b <= 8; ++b) {
+    static_cast<int32_t*>(cu.t.data)[b] = acc;
+    if (b < 8) acc += static_cast<int32_t>(kTndLengths[b]);
+  }
+  const opTensor* cuq = tnd ? &cu.t : nullptr;
   q.randn(1); k.randn(2); v.randn(3); dout.randn(4);
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   const opTensor* m = s.mode ? &mask.t : nullptr;
@@ -140,8 +155,8 @@ static void run(const Shape& s) {
   auto fwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
-    opStatus st = FlashAttnGetWorkspaceSize(&q.t, &k.t, &v.t, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, m,
-                                            nullptr, scale, s.mode, s.wl, s.wr, -1, -1, "BSND", "BSND", "BSND", true,
+    opStatus st = FlashAttnGetWorkspaceSize(&q.t, &k.t, &v.t, nullptr, cuq, cuq, nullptr, nullptr, nullptr, m,
+                                            nullptr, scale, s.mode, s.wl, s.wr, -1, -1, layout, layout, layout, true,
                                             &out.t, &lse.t, &n, &ex);
     if (st != OP_SUCCESS) { std::printf("fwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
     if (ws.size() < n) ws.resize(n);
@@ -150,9 +165,9 @@ static void run(const Shape& s) {
   auto bwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
-    opStatus st = FlashAttnGradGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, &out.t, &lse.t, nullptr, nullptr, nullptr,
+    opStatus st = FlashAttnGradGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, &out.t, &lse.t, cuq, cuq, nullptr,
                                                 nullptr, nullptr, m, nullptr, scale, s.mode, s.wl, s.wr, -1, -1,
-                                                "BSND", "BSND", "BSND", &dq.t, &dk.t, &dv.t, &n, &ex);
+                                                layout, layout, layout, &dq.t, &dk.t, &dv.t, &n, &ex);
     if (st != OP_SUCCESS) { std::printf("bwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
     if (ws.size() < n) ws.resize(n);
     FlashAttnGrad(ws.data(), n, ex, nullptr);
@@ -169,13 +184,17 @@ static void run(const Shape& s) {
   }
   // useful (query, key) pairs
   double pairs = 0;
-  for (int64_t i = 0; i < s.S; ++i) {
-    int64_t lo = 0, hi = s.S - 1;
-    if (s.mode == 3) hi = i;
-    if (s.mode == 4) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(s.S - 1, i + s.wr); }
-    pairs += static_cast<double>(hi - lo + 1);
+  const int nseq = tnd ? 8 : 1;
+  for (int sidx = 0; sidx < nseq; ++sidx) {
+    const int64_t S = tnd ? kTndLengths[sidx] : s.S;
+    for (int64_t i = 0; i < S; ++i) {
+      int64_t lo = 0, hi = S - 1;
+      if (s.mode == 3) hi = i;
+      if (s.mode == 4) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(S - 1, i + s.wr); }
+      pairs += static_cast<double>(hi - lo + 1);
+    }
   }
-  const double flops = 4.0 * s.B * s.N * pairs * s.D * (s.bwd ? 3.5 : 1.0);
+  const double flops = 4.0 * (tnd ? 1 : s.B) * s.N * pairs * s.D * (s.bwd ? 3.5 : 1.0);
   const double ms = median(ts);
   // cpu: GFLOP per CPU-second, i.e. per busy core (insensitive to other load on the machine)
   std::printf("%-44s %10.2f ms %8.1f GFLOP/s  (cpu %.1f GFLOP/s/core)\n", s.name, ms, flops / ms / 1e6,
@@ -239,6 +258,10 @@ int main(int argc, char** argv) {
       {"window512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5},
       {"window512 S8192 D64 bfloat16 fwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, false, 5},
       {"window512 S8192 D64 bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, true, 5},
+      {"tnd8 T8192 causal float32 fwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, false, 5, true},
+      {"tnd8 T8192 causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, true, 3, true},
+      {"tnd8 T8192 causal bfloat16 fwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, false, 5, true},
+      {"tnd8 T8192 causal bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, true, 3, true},
   };
   for (const Shape& s : shapes)
     if (std::strstr(s.name, filter)) run(s);

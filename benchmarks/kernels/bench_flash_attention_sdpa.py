@@ -70,9 +70,36 @@ def sdpa_window(dtype, bwd, B=1, N=8, S=8192, D=64, W=512, reps=3):
     report(f"sdpa window{W} S{S} D{D} {str(dtype)[6:]} {'fwd+bwd' if bwd else 'fwd'}", ms, flops)
 
 
+TND_LENGTHS = [512, 1024, 1536, 256, 2048, 768, 1280, 768]  # sums to 8192, as bench_flash_attention.cpp
+
+
+def sdpa_tnd_padded(dtype, bwd, N=8, D=128, reps=3):
+    """8 sequences padded to the longest (2048), causal per sequence via an explicit mask."""
+    B, S = len(TND_LENGTHS), max(TND_LENGTHS)
+    q = torch.randn(B, N, S, D).to(dtype).requires_grad_(bwd)
+    k = torch.randn(B, N, S, D).to(dtype).requires_grad_(bwd)
+    v = torch.randn(B, N, S, D).to(dtype).requires_grad_(bwd)
+    do = torch.randn(B, N, S, D).to(dtype)
+    i = torch.arange(S)[:, None]
+    j = torch.arange(S)[None, :]
+    lens = torch.tensor(TND_LENGTHS)[:, None, None]
+    keep = ((j <= i) & (j < lens) & (i < lens)) | ((i >= lens) & (j == 0))  # padding rows attend key 0
+    keep = keep[:, None]
+
+    def run():
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        if bwd:
+            o.backward(do)
+
+    ms = median_ms(run, reps)
+    pairs = sum(L * (L + 1) / 2 for L in TND_LENGTHS)
+    flops = 4 * N * pairs * D * (3.5 if bwd else 1.0)
+    report(f"sdpa tnd8 padded causal {str(dtype)[6:]} {'fwd+bwd' if bwd else 'fwd'}", ms, flops)
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
-    which = sys.argv[1:] or ["gemm", "dense", "window"]
+    which = sys.argv[1:] or ["gemm", "dense", "window", "tnd"]
     if "gemm" in which:
         for dt in (torch.float32, torch.bfloat16):
             gemm(dt, 10)
@@ -84,3 +111,7 @@ if __name__ == "__main__":
     if "window" in which:
         for dt in (torch.float32, torch.bfloat16):
             sdpa_window(dt, True)
+    if "tnd" in which:
+        for dt in (torch.float32, torch.bfloat16):
+            sdpa_tnd_padded(dt, False)
+            sdpa_tnd_padded(dt, True)
