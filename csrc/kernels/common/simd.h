@@ -287,6 +287,18 @@ struct Ops512Bf16 : Ops512Base {
     return (__m512bh)_mm512_set1_epi32(w);
   }
   static V fma(V acc, AV a, BV b) { return _mm512_dpbf16_ps(acc, a, b); }
+  // 16 floats -> 16 bf16 at dst.
+  static void store_bf16(uint16_t* dst, V v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), (__m256i)_mm512_cvtneps_pbh(v));
+  }
+  // Two rows of 16 floats -> 16 interleaved bf16 pairs (a0 b0 a1 b1 ...) at dst.
+  static void store_bf16_pair(uint16_t* dst, V a, V b) {
+    const __m512i idx = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
+                                          0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
+                                          0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+    const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low 16 halves, b in the high
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, ab));
+  }
 };
 #endif
 #endif  // __AVX512F__

@@ -10,8 +10,8 @@
 //     every online-softmax statistic (running max m_i, sum l_i, rescale alpha_i, lse_i, D_i)
 //     is a lane-wise vector, with no horizontal reduction anywhere.
 //   * Forward O[i][:] = alpha_i O[i][:] + sum_j P^T[j][i] V[j][:]: P^T is the broadcast operand
-//     (fp32: in place; bf16: written directly in pair-interleaved form), V the vector operand
-//     (fp32: rows in place; bf16: one key tile packed into pairs).
+//     (fp32: in place; bf16: written in pair-interleaved form), V the vector operand (fp32: rows
+//     in place, or a head-major copy when strided; bf16: staged once as key-row pairs).
 //   * Backward, one task per (b, query head): for each key tile (outer) and each query tile
 //     that can see it (inner): S^T, dP^T = V dO^T (vector operand dO packed once as dOt),
 //     P^T = exp(S^T - lse), dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q (dO / Q rows as
@@ -255,10 +255,21 @@ struct Forward {
         Ops::storec(alpha + iv * W, a);
         Ops::storec(m + iv * W, mnew);
         V sum = Ops::zero();
-        for (int64_t j = 0; j < nc; ++j) {
-          const V e = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
-          sum = Ops::add(sum, e);
-          Ops::storec(col + j * Br, e);
+        if constexpr (KP == 2) {
+          // bf16: P^T rows j, j+1 go straight to the pair-interleaved operand of O += P V.
+          uint16_t* pp16 = reinterpret_cast<uint16_t*>(pp) + 2 * iv * W;
+          for (int64_t j = 0; j < nc; j += 2) {
+            const V e0 = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
+            const V e1 = j + 1 < nc ? Ops::exp2(Ops::sub(Ops::loadc(col + (j + 1) * Br), muse)) : Ops::zero();
+            sum = Ops::add(Ops::add(sum, e0), e1);
+            Ops::store_bf16_pair(pp16 + j * Br, e0, e1);
+          }
+        } else {
+          for (int64_t j = 0; j < nc; ++j) {
+            const V e = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
+            sum = Ops::add(sum, e);
+            Ops::storec(col + j * Br, e);
+          }
         }
         Ops::storec(l + iv * W, Ops::add(Ops::mul(Ops::loadc(l + iv * W), a), sum));
       }
@@ -267,16 +278,7 @@ struct Forward {
         gemm<Ops>(rows, Dv, nc, reinterpret_cast<const T*>(sc), 1, Br, v + j0 * p.v_row_stride, p.v_row_stride,
                   acc, Dvp, first ? nullptr : alpha, first ? kAccumulate : kScaleAccumulate);
       } else {
-        // bf16: P^T rows j, j+1 interleaved into pairs; V key tile packed into row pairs.
-        for (int64_t j = 0; j < nc; j += 2) {
-          uint16_t* dst = reinterpret_cast<uint16_t*>(pp) + j * Br;
-          uint16_t* lo16 = reinterpret_cast<uint16_t*>(tmp);  // Br halves of scratch
-          uint16_t* hi16 = lo16 + Br;
-          cvt_f32_to_bf16<Ops::kNativeBf16>(reinterpret_cast<const float*>(sc) + j * Br, lo16, Br);
-          if (j + 1 < nc)
-            cvt_f32_to_bf16<Ops::kNativeBf16>(reinterpret_cast<const float*>(sc) + (j + 1) * Br, hi16, Br);
-          interleave_u16(lo16, j + 1 < nc ? hi16 : nullptr, dst, Br);
-        }
+        // bf16: P in pairs (written above); V read from the staged key-row pairs.
         gemm<Ops>(rows, Dv, (nc + 1) / 2, pp, 2, 2 * Br, vpairs + j0 * Dvp, 2 * Dvp, acc, Dvp,
                   first ? nullptr : alpha, first ? kAccumulate : kScaleAccumulate);
       }
@@ -446,6 +448,39 @@ struct Backward {
           gemm<Ops>(nc, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
                     kOverwrite);
           // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)
+          if constexpr (KP == 2) {
+            // bf16: P^T and dS^T rows as bf16 (pairs along i) and dS^T rows j, j+1 interleaved
+            // (pairs along j), written straight from registers.
+            uint16_t* p16 = reinterpret_cast<uint16_t*>(pt);
+            uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+            uint16_t* di16 = reinterpret_cast<uint16_t*>(dsi);
+            for (int64_t j = 0; j < nc; j += 2) {
+              const bool has1 = j + 1 < nc;
+              const int64_t flo0 = w.first_row(j0 + j), fhi0 = imin(w.last_row(j0 + j), row_hi);
+              const int64_t flo1 = w.first_row(j0 + j + 1), fhi1 = imin(w.last_row(j0 + j + 1), row_hi);
+              for (int iv = 0; iv < NVQ; ++iv) {
+                const int64_t base = i0 + iv * W;
+                const V l2 = Ops::loadc(lse2 + base);
+                const V dl = Ops::loadc(delta + base);
+                V x0 = Ops::mul(Ops::loadc(sc + j * Br + iv * W), Ops::set1(c2));
+                if (!full) x0 = Ops::mask_range(x0, base, flo0, fhi0);
+                const V p0 = Ops::exp2(Ops::sub(x0, l2));
+                const V ds0 = Ops::mul(p0, Ops::sub(Ops::loadc(dp + j * Br + iv * W), dl));
+                Ops::store_bf16(p16 + j * Br + iv * W, p0);
+                Ops::store_bf16(d16 + j * Br + iv * W, ds0);
+                V ds1 = Ops::zero();
+                if (has1) {
+                  V x1 = Ops::mul(Ops::loadc(sc + (j + 1) * Br + iv * W), Ops::set1(c2));
+                  if (!full) x1 = Ops::mask_range(x1, base, flo1, fhi1);
+                  const V p1 = Ops::exp2(Ops::sub(x1, l2));
+                  ds1 = Ops::mul(p1, Ops::sub(Ops::loadc(dp + (j + 1) * Br + iv * W), dl));
+                  Ops::store_bf16(p16 + (j + 1) * Br + iv * W, p1);
+                  Ops::store_bf16(d16 + (j + 1) * Br + iv * W, ds1);
+                }
+                Ops::store_bf16_pair(di16 + j * Br + 2 * iv * W, ds0, ds1);
+              }
+            }
+          } else {
           for (int64_t j = 0; j < nc; ++j) {
             const int64_t flo = w.first_row(j0 + j);
             const int64_t fhi = imin(w.last_row(j0 + j), row_hi);
@@ -459,6 +494,7 @@ struct Backward {
               Ops::storec(dp + j * Br + iv * W, ds);
             }
           }
+          }
           if (!pairs) {
             const T* pa = reinterpret_cast<const T*>(sc);
             const T* da = reinterpret_cast<const T*>(dp);
@@ -470,15 +506,6 @@ struct Backward {
             // dQ[i] += sum_j dS^T[j][i] K[j]
             gemm<Ops>(nr, D, nc, da, 1, Br, kt, p.k_row_stride, dqacc + i0 * Dp, Dp, nullptr, kAccumulate);
           } else {
-            uint16_t* p16 = reinterpret_cast<uint16_t*>(pt);
-            uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-            uint16_t* di16 = reinterpret_cast<uint16_t*>(dsi);
-            const float* scf = reinterpret_cast<const float*>(sc);
-            const float* dpf = reinterpret_cast<const float*>(dp);
-            cvt_f32_to_bf16<Ops::kNativeBf16>(scf, p16, nc * Br);
-            cvt_f32_to_bf16<Ops::kNativeBf16>(dpf, d16, nc * Br);
-            for (int64_t j = 0; j < nc; j += 2)
-              interleave_u16(d16 + j * Br, j + 1 < nc ? d16 + (j + 1) * Br : nullptr, di16 + j * Br, Br);
             const int64_t kr = (nr + 1) / 2;
             gemm<Ops>(nc, Dv, kr, pt, Br, 2, dopair + i0 * Dvp, 2 * Dvp, dvacc, Dvp, nullptr, kAccumulate);
             gemm<Ops>(nc, D, kr, dst, Br, 2, qpair + i0 * Dp, 2 * Dp, dkacc, Dp, nullptr, kAccumulate);
