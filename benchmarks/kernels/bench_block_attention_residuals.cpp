@@ -4,7 +4,8 @@
 // move:
 //   forward : read (N+1) T H + 2 H elements, write T H elements + 2 T (N+1) fp32 statistics
 //   backward: read (N+1) T H + T H elements + 2 T (N+1) fp32 + 2 H, write (N+1) T H + 2 H elements
-// and, for reference, a memcpy of 1 GiB on the same threads (read + write bytes).
+// and, for reference, a memcpy of 1 GiB on the same threads (read + write bytes), timed in between
+// the kernel runs so that the ratio holds on a machine shared with other work.
 //
 // Build, after tests/kernels/build_and_run.sh has made build/kernel_tests/libop_plugin_kernels.a
 // (one command line):
@@ -95,16 +96,25 @@ opTensor desc(void* data, opDataType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-double median_seconds(int runs, const std::function<void()>& f) {
-  f();  // warm-up (first touch of outputs and workspace)
-  std::vector<double> t;
-  for (int r = 0; r < runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+double seconds(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// memcpy of 1 GiB split over the threads (read + write bytes = 2 GiB).
+constexpr size_t kCopyBytes = size_t(1) << 30;
+char* g_copy_src = nullptr;
+char* g_copy_dst = nullptr;
+void copy_gib() {
+  parallel(0, static_cast<int64_t>(kCopyBytes), 1 << 24, [](void*, int64_t s, int64_t e) {
+    std::memcpy(g_copy_dst + s, g_copy_src + s, static_cast<size_t>(e - s));
+  }, nullptr);
 }
 
 void check(opStatus s, const char* what) {
@@ -162,14 +172,25 @@ void bench(const char* name, opDataType dt, int runs, int64_t T_, int64_t N, int
   const double bwd_bytes = (R * big + big + 2.0 * H) * e + 2.0 * T_ * R * 4 + (R * big + 2.0 * H) * e;
   for (int threads : {1, 2}) {
     g_threads = threads;
-    run_fwd();  // real statistics for the backward
-    const double tf = median_seconds(runs, run_fwd);
-    const double tb = median_seconds(runs, run_bwd);
+    run_fwd();  // warm-up; real statistics for the backward
+    run_bwd();
+    copy_gib();
+    // Interleaved runs: on a shared machine the copy measured next to each kernel run tells how
+    // much bandwidth was actually available at that moment.
+    std::vector<double> tf, tb, tc;
+    for (int r = 0; r < runs; ++r) {
+      tf.push_back(seconds(run_fwd));
+      tc.push_back(seconds(copy_gib));
+      tb.push_back(seconds(run_bwd));
+    }
+    const double f = median(tf), b = median(tb), c = median(tc);
+    const double copy_gbs = 2.0 * kCopyBytes / c / 1e9;
     std::printf("%-8s T=%lld N=%lld H=%lld threads=%d  fwd %8.2f ms %6.2f GB/s   bwd %8.2f ms %6.2f GB/s"
-                "   fwd+bwd %8.2f ms\n",
+                "   fwd+bwd %8.2f ms   memcpy %6.2f GB/s (fwd %3.0f%%, bwd %3.0f%% of it)\n",
                 name, static_cast<long long>(T_), static_cast<long long>(N),
-                static_cast<long long>(H), threads, tf * 1e3, fwd_bytes / tf / 1e9, tb * 1e3,
-                bwd_bytes / tb / 1e9, (tf + tb) * 1e3);
+                static_cast<long long>(H), threads, f * 1e3, fwd_bytes / f / 1e9, b * 1e3,
+                bwd_bytes / b / 1e9, (f + b) * 1e3, copy_gbs, 100.0 * fwd_bytes / f / 1e9 / copy_gbs,
+                100.0 * bwd_bytes / b / 1e9 / copy_gbs);
     std::fflush(stdout);
   }
   for (void* p : {static_cast<void*>(pb), static_cast<void*>(br), static_cast<void*>(pw),
@@ -177,27 +198,6 @@ void bench(const char* name, opDataType dt, int runs, int64_t T_, int64_t N, int
                   static_cast<void*>(inv), static_cast<void*>(probs), static_cast<void*>(gpb),
                   static_cast<void*>(gbr), static_cast<void*>(gpw), static_cast<void*>(gnw)})
     std::free(p);
-}
-
-void bench_memcpy(int runs) {
-  const size_t n = size_t(1) << 30;
-  char* a = static_cast<char*>(alloc(n));
-  char* b = static_cast<char*>(alloc(n));
-  std::memset(a, 1, n);
-  std::memset(b, 2, n);
-  for (int threads : {1, 2}) {
-    g_threads = threads;
-    struct Ctx { char* a; char* b; } ctx{a, b};
-    const double t = median_seconds(runs, [&] {
-      parallel(0, static_cast<int64_t>(n), 1 << 24, [](void* c, int64_t s, int64_t e) {
-        const Ctx& x = *static_cast<Ctx*>(c);
-        std::memcpy(x.b + s, x.a + s, static_cast<size_t>(e - s));
-      }, &ctx);
-    });
-    std::printf("memcpy   1 GiB threads=%d  %6.2f GB/s (read + write)\n", threads, 2.0 * n / t / 1e9);
-  }
-  std::free(a);
-  std::free(b);
 }
 
 }  // namespace
@@ -209,7 +209,10 @@ int main(int argc, char** argv) {
   const int64_t H = argc > 4 ? std::atoll(argv[4]) : 4096;
   opSetParallelBackend(&kBackend);
   std::printf("ISA %s, median of %d runs\n", isa_name(active_isa()), runs);
-  bench_memcpy(runs);
+  g_copy_src = static_cast<char*>(alloc(kCopyBytes));
+  g_copy_dst = static_cast<char*>(alloc(kCopyBytes));
+  std::memset(g_copy_src, 1, kCopyBytes);
+  std::memset(g_copy_dst, 2, kCopyBytes);
   bench<float>("float32", OP_DT_FLOAT, runs, T_, N, H);
   bench<BFloat16>("bfloat16", OP_DT_BF16, runs, T_, N, H);
   return 0;
