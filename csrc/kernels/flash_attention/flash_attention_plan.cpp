@@ -58,11 +58,13 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
     const RowWindow w = row_window(p, sq, skv);
     if (!bwd) {
-      for (int64_t i0 = 0; i0 < sq; i0 += kBlockQ) {
-        const int64_t cost = 1 + fwd_tiles(w, i0, std::min(kBlockQ, sq - i0)) * 4;
-        for (int64_t n = 0; n < p.heads_q; ++n)
+      // Head-major, so that tasks of equal cost (all of them when dense) that run back to back
+      // read the same K/V from cache.
+      for (int64_t n = 0; n < p.heads_q; ++n)
+        for (int64_t i0 = 0; i0 < sq; i0 += kBlockQ) {
+          const int64_t cost = 1 + fwd_tiles(w, i0, std::min(kBlockQ, sq - i0)) * 4;
           tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), i0, cost});
-      }
+        }
     }
   }
   plan->bwd_chunks = 1;
@@ -89,12 +91,12 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
       if (sq == 0 && skv == 0) continue;
       const RowWindow w = row_window(p, sq, skv);
       const int64_t tiles = ceil_div(skv, kBlockKV);
-      for (int64_t c = 0; c < C; ++c) {
-        const int64_t t0 = c * tiles / C, t1 = (c + 1) * tiles / C;
-        const int64_t cost = 1 + ceil_div(sq, kBlockQ) + (t1 - t0) + bwd_tiles(w, sq, skv, t0, t1) * 4;
-        for (int64_t n = 0; n < p.heads_q; ++n)
+      for (int64_t n = 0; n < p.heads_q; ++n)
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t t0 = c * tiles / C, t1 = (c + 1) * tiles / C;
+          const int64_t cost = 1 + ceil_div(sq, kBlockQ) + (t1 - t0) + bwd_tiles(w, sq, skv, t0, t1) * 4;
           tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), c, cost});
-      }
+        }
     }
   }
   // Longest first; ties in (b, n, i0) order. Only the schedule depends on this order, never
