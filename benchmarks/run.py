@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-FAMILIES = ["block_attention_residuals"]
+FAMILIES = ["block_attention_residuals", "fused_floyd_attention"]
 
 
 def main(argv: list[str] | None = None) -> int:
