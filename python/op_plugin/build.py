@@ -38,8 +38,11 @@ def run_codegen(registry: str, out_dir: str, root: str) -> None:
 
 
 def _cxx11_abi_flag() -> str:
-    import torch  # the kernels share the C++ ABI of the torch they are linked with
-
+    """The C++ ABI of the torch the kernels are linked with (the compiler default without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return ""
     return f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
 
 
@@ -81,6 +84,7 @@ def write_kernel_ninja(build_dir: str, sources: Sequence[str], include_dirs: Seq
 
 def build_kernels(build_dir: str, sources: Sequence[str], include_dirs: Sequence[str], jobs: int | None = None) -> str:
     """Compiles the kernel library with ninja; prints ninja's own summary of what it did."""
+    include_dirs = [os.path.realpath(d) for d in include_dirs]  # one spelling: one ninja file
     library = write_kernel_ninja(build_dir, sources, include_dirs)
     ninja = _ninja()
     cmd = [ninja, "-C", build_dir] + ([f"-j{jobs}"] if jobs else [])

@@ -6,71 +6,53 @@
 #   GENERATED_INCLUDE_DIR  where op_plugin/ops/<op>.h live (the codegen output); default
 #                          $OP_PLUGIN_GENERATED_INCLUDE, else build/generated/include.
 # Environment:
-#   OP_PLUGIN_KERNEL_TEST_DIR  build directory (default build/kernel_tests)
+#   OP_PLUGIN_KERNEL_TEST_DIR  where the test binaries and logs go (default build/kernel_tests)
+#   OP_PLUGIN_KERNEL_LIB_DIR   where the kernel library is built (default build/kernels, shared
+#                              with the extension build)
 #   OP_PLUGIN_TEST_ISA_LEVELS  levels to run each test at (default "native avx512 avx2 baseline";
 #                              "native" = the best the CPU has; others are set via OP_PLUGIN_ISA,
 #                              which caps the level, so a level the CPU lacks repeats a lower one)
 #   OP_PLUGIN_KERNEL_TESTS     only build and run tests whose name contains this string
-#   CXX, JOBS                  compiler (g++) and parallel compile/test jobs (nproc)
+#   CXX, JOBS, PYTHON          test compiler (g++), parallel jobs (nproc), python running the build
 #
-# Source flags follow the build convention: *.avx512.cpp and *.avx2.cpp get their ISA flags,
-# every other .cpp only the baseline flags. Exit status is non-zero if a build or a test fails.
+# The library follows the build convention of python/op_plugin/build.py: *.avx512.cpp and
+# *.avx2.cpp get their ISA flags, every other .cpp baseline flags. Exit status is non-zero if a
+# build or a test fails.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-GEN_INCLUDE=${1:-${OP_PLUGIN_GENERATED_INCLUDE:-$ROOT/build/generated/include}}
+GEN_INCLUDE=$(realpath "${1:-${OP_PLUGIN_GENERATED_INCLUDE:-$ROOT/build/generated/include}}")
 OUT=${OP_PLUGIN_KERNEL_TEST_DIR:-$ROOT/build/kernel_tests}
+LIB_DIR=${OP_PLUGIN_KERNEL_LIB_DIR:-$ROOT/build/kernels}
 LEVELS=${OP_PLUGIN_TEST_ISA_LEVELS:-"native avx512 avx2 baseline"}
 CXX=${CXX:-g++}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+PY=${PYTHON:-python}
 
 BASE_FLAGS="-std=c++17 -O3 -fPIC -Wall -Wextra -pthread -I$ROOT/csrc/include -I$ROOT/csrc -I$GEN_INCLUDE"
-AVX512_FLAGS="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c"
-AVX2_FLAGS="-mavx2 -mfma -mf16c"
 
 if [ ! -d "$GEN_INCLUDE/op_plugin/ops" ]; then
   echo "build_and_run.sh: no generated headers in $GEN_INCLUDE/op_plugin/ops (pass the directory" \
        "as the first argument or set OP_PLUGIN_GENERATED_INCLUDE)" >&2
   exit 2
 fi
-mkdir -p "$OUT/obj"
+mkdir -p "$OUT"
 
-# One compile command per library source, run in parallel. An object is rebuilt when it is older
-# than its source, than any header under csrc/ or the generated include directory, or than the
-# flags stamp (so a rerun after a small edit only recompiles what may have changed).
-compile_one() {
-  local src=$1 flags=""
-  case "$src" in
-    *.avx512.cpp) flags=$AVX512_FLAGS ;;
-    *.avx2.cpp) flags=$AVX2_FLAGS ;;
-  esac
-  local rel=${src#"$ROOT"/}
-  local obj="$OUT/obj/${rel//\//__}.o"
-  if [ -e "$obj" ] && [ "$obj" -nt "$src" ] && [ "$obj" -nt "$OUT/flags.stamp" ] &&
-     [ -z "$(find "$ROOT/csrc" "$GEN_INCLUDE" -name '*.h' -newer "$obj" -print -quit)" ]; then
-    return 0
-  fi
-  # shellcheck disable=SC2086
-  $CXX $BASE_FLAGS $flags -c "$src" -o "$obj" || { rm -f "$obj"; echo "build failed: $rel" >&2; return 1; }
-}
-export -f compile_one
-export ROOT OUT CXX BASE_FLAGS AVX512_FLAGS AVX2_FLAGS GEN_INCLUDE
-
-# A static archive, so each test links only the objects it needs (a family still being written
-# cannot break the other families' tests at link time). A failed compile still fails the run.
+# The kernel library is the one the extension links: compiled by op_plugin's ninja build (per-ISA
+# flags by file name, header dependencies tracked), in the extension's build directory by
+# default, so after `pip install .` nothing is recompiled here. A static archive: each test links
+# only the objects it needs.
 status=0
-stamp="$CXX $BASE_FLAGS | $AVX512_FLAGS | $AVX2_FLAGS"
-if [ "$(cat "$OUT/flags.stamp" 2>/dev/null)" != "$stamp" ]; then echo "$stamp" > "$OUT/flags.stamp"; fi
-find "$ROOT/csrc/runtime" "$ROOT/csrc/kernels" -name '*.cpp' -print0 | sort -z |
-  xargs -0 -n 1 -P "$JOBS" bash -c 'compile_one "$0"' || status=1
-# Objects of sources that no longer exist must not linger in the archive.
-for obj in "$OUT"/obj/*.o; do
-  [ -e "$obj" ] || continue
-  rel=$(basename "$obj" .o)
-  [ -e "$ROOT/${rel//__//}" ] || rm -f "$obj"
-done
-rm -f "$OUT/libop_plugin_kernels.a"
-ar rcs "$OUT/libop_plugin_kernels.a" "$OUT"/obj/*.o
+"$PY" - "$ROOT" "$LIB_DIR" "$GEN_INCLUDE" "$JOBS" <<'PYEOF' || status=1
+import importlib.util, os, sys
+root, lib_dir, gen_include, jobs = sys.argv[1:5]
+spec = importlib.util.spec_from_file_location("op_plugin_build", os.path.join(root, "python", "op_plugin", "build.py"))
+build = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(build)
+build.build_kernels(lib_dir, build.kernel_sources(os.path.join(root, "csrc")),
+                    [os.path.join(root, "csrc"), os.path.join(root, "csrc", "include"), gen_include], jobs=int(jobs))
+PYEOF
+LIB="$LIB_DIR/libop_plugin_kernels.a"
 
 # Build every test, then run (test, level) pairs in parallel; logs in $OUT/<test>.<level>.log.
 run_one() {
@@ -83,6 +65,7 @@ run_one() {
   echo $? > "$log.rc"
 }
 export -f run_one
+export OUT
 
 tests=()
 for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
@@ -90,7 +73,7 @@ for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
   name=$(basename "$test_src" .cpp)
   case "$name" in *${OP_PLUGIN_KERNEL_TESTS:-}*) ;; *) continue ;; esac
   # shellcheck disable=SC2086
-  if $CXX $BASE_FLAGS "$test_src" "$OUT/libop_plugin_kernels.a" -o "$OUT/$name"; then
+  if [ "$status" -eq 0 ] && $CXX $BASE_FLAGS "$test_src" "$LIB" -o "$OUT/$name"; then
     tests+=("$name")
   else
     echo "build failed: $name" >&2
