@@ -61,7 +61,11 @@ setup(
             binding_sources,
             include_dirs=include_dirs,
             extra_objects=[kernels_lib],
-            extra_compile_args=["-O2", "-std=c++17", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'],
+            # -fopenmp: at::parallel_for is an inline OpenMP template; without it the kernels would run
+            # on one thread. The libgomp it links is the one torch already loaded (same soname), so
+            # torch.set_num_threads governs both.
+            extra_compile_args=["-O2", "-std=c++17", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'],
+            extra_link_args=["-fopenmp"],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithGenerated},

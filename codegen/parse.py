@@ -240,7 +240,7 @@ def _parse_dtypes(e: dict[str, Any], op: str, env: dict[str, str], path: str, er
             continue
         optional = env[arg].endswith(E.OPTIONAL)
         cond = f"{arg}.dtype in ({', '.join(allowed)},)"
-        text = f"{arg} must have dtype {', '.join(allowed)}, but got {{{arg}.dtype}}"
+        text = f"{arg} must have dtype {', '.join(d.rstrip('_') for d in allowed)}, but got {{{arg}.dtype}}"
         with errors.collect(arg_line, op):
             rules.append(Check(E.parse_expr(cond, env), E.parse_message(text, env), strict=False,
                                when=E.parse_expr(f"{arg} is not None", env) if optional else None,

@@ -12,11 +12,12 @@ def _docstring(op: OpEntry) -> str:
     lines = [op.doc or op.name, "", "Schema::", "", f"    {op.func}"]
     checks = [r for r in op.rules if isinstance(r, Check)]
     if checks:
-        lines += ["", "Restrictions (checked in eager and fake mode)::", ""]
+        lines += ["", "Restrictions (the same in eager and fake mode; [strict]: device limits, enforced in",
+                  "strict device-compat mode only)::", ""]
         for c in checks:
             prefix = "[strict] " if c.strict else ""
-            when = f"  (when {c.when})" if c.when is not None else ""
-            lines.append(f"    {prefix}{c.expr}{when}")
+            when = f"when {c.when}: " if c.when is not None else ""
+            lines.append(f"    {prefix}{when}{c.message.source}")
     lines += ["", f"Registry: {op.loc}"]
     return "\n".join(lines).replace('"""', "'''")
 

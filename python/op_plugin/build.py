@@ -134,5 +134,5 @@ def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: st
         raise ValueError("build_op_package compiles baseline kernels only; per-ISA sources need build_kernels")
     cpp_extension.load(name=extension, sources=sources, build_directory=build_dir,
                        extra_include_paths=[csrc, os.path.join(csrc, "include"), os.path.join(generated, "include")],
-                       extra_cflags=["-O2", "-std=c++17"], verbose=False)
+                       extra_cflags=["-O2", "-std=c++17", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
     return os.path.join(generated, "python")

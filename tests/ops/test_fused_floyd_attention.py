@@ -167,7 +167,7 @@ ERRORS = [
     (dict(key_jk=torch.zeros(1, 2, 6, 4, 8)), "key_jk must have shape [B, H, K, M, D] = [1, 2, 6, 5, 8], but got [1, 2, 6, 4, 8]"),
     (dict(value_jk=torch.zeros(1, 2, 6, 5, 4)), "value_jk must have the shape of key_jk [1, 2, 6, 5, 8], but got [1, 2, 6, 5, 4]"),
     (dict(atten_mask=torch.zeros(1, 1, 4, 1, 5, dtype=torch.bool)), "atten_mask must have shape [B, 1, N, 1, K] = [1, 1, 4, 1, 6], but got [1, 1, 4, 1, 5]"),
-    (dict(atten_mask=torch.zeros(1, 1, 4, 1, 6)), "atten_mask must have dtype bool_, uint8, but got float32"),
+    (dict(atten_mask=torch.zeros(1, 1, 4, 1, 6)), "atten_mask must have dtype bool, uint8, but got float32"),
 ]
 
 

@@ -17,10 +17,11 @@ def toy_attn(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: floa
 
         toy_attn(Tensor q, Tensor k, *, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)
 
-    Restrictions (checked in eager and fake mode)::
+    Restrictions (the same in eager and fake mode; [strict]: device limits, enforced in
+    strict device-compat mode only)::
 
-        q.dim() == 2 and k.dim() == 2 and q.size(1) == k.size(1)
-        mask is None or mask.dim() == 2
+        q and k must be [S, D] with one D, but got {q.shape} and {k.shape}
+        mask must be 2D, but got {mask.dim()}D
 
     Registry: autograd.yaml:4
     """

@@ -17,21 +17,22 @@ def masked_mix(x: Tensor, bias: Optional[Tensor] = None, layout: str = 'BSND', s
 
         masked_mix(Tensor x, Tensor? bias=None, str layout="BSND", int[]? sizes=None, int? window=None, bool flag=False, *, str layout_out="BSND", float alpha=1.0, int groups=1) -> (Tensor y, Tensor stats)
 
-    Restrictions (checked in eager and fake mode)::
+    Restrictions (the same in eager and fake mode; [strict]: device limits, enforced in
+    strict device-compat mode only)::
 
-        x.dtype in (float16, bfloat16, float32,)
-        bias.dtype in (float32,)  (when bias is not None)
-        x.dim() == 3
-        bias is None or (bias.dim() == 1 and bias.size(0) == H)
-        len(sizes) == 2  (when sizes is not None)
-        window is None or (window >= 1 and not (window > W))
-        upper(layout) in ('BSND', 'BNSD', 'TND',)
-        layout_out == layout
-        groups >= 1
-        [strict] window is None or (window in (1, 2, 4, 8,))
-        [strict] W >= 1 and W <= 4096
-        alpha in (1.0, 0.5,)  (when flag)
-        [strict] x.dtype != float16 or upper(layout) in ('BSND',)
+        x must have dtype float16, bfloat16, float32, but got {x.dtype}
+        when bias is not None: bias must have dtype float32, but got {bias.dtype}
+        x must be 3D [B, S, H], but got {x.dim()}D with shape {x.shape}
+        bias must be [H] = [{H}], but got {bias.shape}
+        when sizes is not None: sizes must have 2 entries, but got {len(sizes)}
+        window must be in [1, {W}], but got {window}
+        layout must be one of BSND, BNSD, TND, but got {layout}
+        layout_out must equal layout ({layout}), but got {layout_out}
+        groups must be in [1, inf], but got {groups}
+        [strict] window must be one of 1, 2, 4, 8, but got {window}
+        [strict] window {W} exceeds the device limit {{4096}}
+        when flag: alpha must be one of 1.0, 0.5, but got {alpha}
+        [strict] float16 needs layout BSND, got {upper(layout)} (stats {stats_dtype(x)})
 
     Registry: options.yaml:3
     """
