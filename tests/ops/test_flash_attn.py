@@ -353,9 +353,6 @@ def test_return_softmax_lse_false_shape_and_out(layout) -> None:
     assert full_lse.shape == ((2, 7) if layout == "TND" else (2, 2, 5))
 
 
-@pytest.mark.xfail(strict=True, reason="flash_attn with return_softmax_lse=False returns an uninitialized 1-element "
-                   "softmax_lse instead of zero (SPEC §1.2): the generated binding allocates it with at::empty and "
-                   "FlashAttnGetWorkspaceSize (csrc/kernels/flash_attention/flash_attn.cpp) never writes it")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_return_softmax_lse_false_gives_one_zero(dtype) -> None:
     x = _small_case("BSND", dtype, 13)
@@ -707,9 +704,6 @@ def test_grad_tnd_softmax_lse_must_be_n_by_t() -> None:
             f"softmax_lse must be (N, T) when layout is TND, else (B, N, S) = (2, 4, 5), but got {list(bad.shape)}."))
 
 
-@pytest.mark.xfail(strict=True, reason="op_plugin_functions.yaml flash_attn/flash_attn_grad lack SPEC §1.6's "
-                   "'S, N, D, T > 0 (empty tensors rejected)' check: the kernel rejects an empty q in eager mode "
-                   "('q must not be empty (dim 1 is 0)') while the fake function returns shapes")
 @pytest.mark.parametrize("op", ["flash_attn", "flash_attn_grad"])
 def test_empty_tensors_rejected_in_eager_and_fake(op) -> None:
     x = make_inputs("BSND", 2, 0, 7, 4, 2, 16, 16, torch.float32)

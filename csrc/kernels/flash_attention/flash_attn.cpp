@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -19,9 +20,13 @@ class FlashAttnExecutor final : public opExecutor {
   uint64_t workspace_size() const override { return plan.workspace_bytes; }
   opStatus execute(void* workspace) override {
     kernels().forward(params, plan, workspace);
+    // return_softmax_lse=False: the lse output is a 1-element zero tensor (SPEC §1.2).
+    if (lse_placeholder.data != nullptr)
+      std::memset(lse_placeholder.data, 0, static_cast<size_t>(numel(lse_placeholder)) * dtype_size(lse_placeholder.dtype));
     return OP_SUCCESS;
   }
 
+  opTensor lse_placeholder{};  // set when return_softmax_lse is false
   FlashAttnFwdParams params;
   Plan plan;
   Sequences seq;
@@ -107,6 +112,8 @@ opStatus FlashAttnGetWorkspaceSize(const opTensor* q, const opTensor* k, const o
       if ((st = check_shape(softmax_lse, "softmax_lse", {B, N1, qd.rows})) != OP_SUCCESS) return st;
     }
     OP_CHECK(softmax_lse->data != nullptr, "softmax_lse data must not be a null pointer");
+  } else {
+    ex->lse_placeholder = *softmax_lse;
   }
 
   FlashAttnFwdParams& p = ex->params;
