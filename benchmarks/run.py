@@ -19,7 +19,7 @@ if "--no-thp" not in sys.argv:
 
 import torch  # noqa: E402
 
-FAMILIES = ["block_attention_residuals", "fused_floyd_attention"]
+FAMILIES = ["block_attention_residuals", "fused_floyd_attention", "flash_attn"]
 
 
 def main(argv: list[str] | None = None) -> int:
