@@ -44,6 +44,7 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
         "saved_values": saved_values,
         "non_differentiable": list(pair.non_differentiable),
         "grad_params": [f"grad_{n}" for n in _outputs(op)],
+        "grad_outputs": list(dict.fromkeys(src.name for _, src in pair.inputs if src.source == "grad")),
         "call_args": call_args,
         "single_output": len(bwd_outputs) == 1,  # the op returns a Tensor, not a tuple
         "returns": "(" + ", ".join(returns) + ("," if len(returns) == 1 else "") + ")",
