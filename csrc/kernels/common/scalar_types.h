@@ -3,10 +3,6 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "op_plugin/tensor.h"
 
 namespace op_plugin {
@@ -25,10 +21,11 @@ inline float to_float(BFloat16 x) {
   return f;
 }
 
+// The scalar conversions are portable code only: an inline function whose body changed with
+// the ISA flags of the including file would have several definitions, and the linker keeps any
+// one of them (an AVX-512 body could then run on a baseline path). Vector code converts with
+// its own ISA's instructions (csrc/kernels/common/simd.h).
 inline float to_float(Half x) {
-#if defined(__F16C__)
-  return _cvtsh_ss(x.bits);
-#else
   // Exact conversion of every binary16 value (normals, subnormals, inf, nan).
   const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16;
   uint32_t exponent = (x.bits >> 10) & 0x1fu;
@@ -48,7 +45,6 @@ inline float to_float(Half x) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
-#endif
 }
 
 // Round to nearest even, as torch does; NaN stays NaN.
@@ -60,10 +56,7 @@ inline BFloat16 to_bfloat16(float f) {
   return BFloat16{static_cast<uint16_t>(u >> 16)};
 }
 
-inline Half to_half(float f) {
-#if defined(__F16C__)
-  return Half{_cvtss_sh(f, 0)};  // 0 = round to nearest even
-#else
+inline Half to_half(float f) {  // round to nearest even, as F16C and torch do
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
@@ -85,7 +78,6 @@ inline Half to_half(float f) {
   uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
   r = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
   return Half{static_cast<uint16_t>(sign | r)};
-#endif
 }
 
 template <class T> T from_float(float f);
