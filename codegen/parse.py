@@ -1,6 +1,7 @@
 """Loads op_plugin_functions.yaml into the model, strictly, reporting every error at once."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import keyword
 from collections.abc import Iterator
@@ -555,8 +556,8 @@ def _check_across_entries(ops: list[OpEntry], errors: _Errors,
             if out not in fwd_outputs:
                 errors.add(at("non_differentiable"), op.name,
                            f"autograd.non_differentiable: {out!r} is not an output of {op.name}")
-        ops[i] = _replace_autograd(op, AutogradPair(pair.backward, tuple(resolved), pair.grads,
-                                                     pair.non_differentiable, pair.loc))
+        ops[i] = dataclasses.replace(op, autograd=AutogradPair(pair.backward, tuple(resolved), pair.grads,
+                                                               pair.non_differentiable, pair.loc))
 
 
 def _kind(t: Any) -> str:
@@ -566,7 +567,3 @@ def _kind(t: Any) -> str:
     except E.ExprError:
         return ""
 
-
-def _replace_autograd(op: OpEntry, pair: AutogradPair) -> OpEntry:
-    from dataclasses import replace
-    return replace(op, autograd=pair)

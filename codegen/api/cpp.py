@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 
 from torchgen.api import dispatcher
-from torchgen.model import Argument, FunctionSchema
+from torchgen.model import FunctionSchema
 
 from codegen import expr as E
 from codegen.expr import Expr, Message
@@ -155,6 +155,3 @@ def kernel_signature(kernel: str, params: list[KernelParam]) -> str:
     args = ", ".join(f"{p.c_type} {p.name}" for p in params)
     return f"opStatus {kernel}GetWorkspaceSize({args}, uint64_t* workspace_size, opExecutor** executor)"
 
-
-def is_optional(a: Argument) -> bool:
-    return E.kind_of_type(a.type).endswith(E.OPTIONAL)
