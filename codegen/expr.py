@@ -171,9 +171,11 @@ class _Checker:
         if isinstance(node, ast.IfExp):
             self.expect(node.test, BOOL)
             a, b = self.kind(node.body), self.kind(node.orelse)
-            if a != b:
-                raise self.fail(f"both branches of a conditional need one type, got {a} and {b}")
-            return a
+            if a == b:
+                return a
+            if base(a) == base(b):  # `x if x is not None else 0`: the value of the optional branch
+                return base(a)
+            raise self.fail(f"both branches of a conditional need one type, got {a} and {b}")
         if isinstance(node, ast.List):
             for e in node.elts:
                 self.expect(e, INT)

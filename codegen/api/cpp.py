@@ -86,6 +86,8 @@ class ExprRenderer:
                 return f"({alts})" if isinstance(op, ast.In) else f"!({alts})"
             return f"({self.value(left)} {_CMP[type(op)]} {self.value(right)})"
         if isinstance(node, ast.IfExp):
+            if E.base(self.kind(node.body)) == self.kind(node):  # both branches give a plain value
+                return f"({self.render(node.test)} ? {self.value(node.body)} : {self.value(node.orelse)})"
             return f"({self.render(node.test)} ? {self.render(node.body)} : {self.render(node.orelse)})"
         if isinstance(node, ast.List):
             return "std::vector<int64_t>{" + ", ".join(self.value(x) for x in node.elts) + "}"

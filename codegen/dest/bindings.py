@@ -93,8 +93,12 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
     render = cpp.ExprRenderer(env_of(op))
     outputs = [{"name": o.name, "shape": render(o.shape), "dtype": render(o.dtype)} for o in op.outputs]
     by_name = {a.name: a for a in func.arguments.flat_all}
+    has_tensor_input = any(E.kind_of_type(a.type) == E.TENSOR for a in func.arguments.flat_all)
     return {
         "op": op,
+        # The dispatcher picks a kernel from the tensor arguments; an op that may be called with
+        # none (only optional tensors) is registered for every backend.
+        "dispatch_key": "CPU" if has_tensor_input else "CompositeExplicitAutograd",
         "rules": _rules(op),
         "outputs": outputs,
         "params": params,

@@ -59,3 +59,18 @@ def test_strict_mode_from_environment() -> None:
     assert run_python("import op_plugin; print(op_plugin._C.strict_mode())", OP_PLUGIN_STRICT="1") == "True"
     assert run_python("import op_plugin; print(op_plugin._C.strict_mode())", OP_PLUGIN_STRICT="0") == "False"
 
+
+
+def test_wrappers_pass_keyword_only_arguments_by_keyword() -> None:
+    """op_plugin.<op> keeps the schema's keyword-only arguments and forwards them as keywords."""
+    x = [torch.randn(s, dtype=torch.float64) for s in [(3, 4), (3, 2, 4), (4,), (4,)]]
+    hidden, inv_norm, probs = torch.ops.op_plugin.block_attention_residuals(*x)
+    grads = op_plugin.block_attention_residuals_grad(*x, torch.ones(3, 4, dtype=torch.float64), inv_norm, probs,
+                                                     valid_block_num=2)
+    assert [g.shape for g in grads] == [t.shape for t in x]
+    q = [torch.randn(1, 1, 2, 3, 4) for _ in range(5)]
+    q[3], q[4] = torch.randn(1, 1, 5, 3, 4), torch.randn(1, 1, 5, 3, 4)
+    q[1], q[2] = torch.randn(1, 1, 2, 5, 4), torch.randn(1, 1, 2, 5, 4)
+    mx, sm, out = op_plugin.fused_floyd_attention(*q, scale_value=0.5)
+    dq, *_ = op_plugin.fused_floyd_attention_grad(out, *q, out, mx, sm, atten_mask=None, scale_value=0.5)
+    assert dq.shape == q[0].shape
