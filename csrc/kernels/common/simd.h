@@ -344,50 +344,8 @@ inline void cvt_bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
 
-// fp16 <-> float, exact scalar versions (round to nearest even; same results as
-// scalar_types.h, repeated here so no inline function is shared between ISA translation units).
-inline float half_to_float_scalar(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t u;
-  if (exponent == 0x1f) {
-    u = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    u = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    u = sign;
-  } else {
-    exponent = 113;
-    while ((mantissa & 0x400u) == 0) { mantissa <<= 1; --exponent; }
-    u = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t float_to_half_scalar(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (abs < 0x38800000u) {
-    if (abs < 0x33000000u) return sign;
-    const uint32_t exponent = abs >> 23;
-    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - exponent;
-    uint32_t q = mantissa >> shift;
-    const uint32_t rem = mantissa & ((1u << shift) - 1u);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  uint32_t r = abs - 0x38000000u;
-  r = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
-  return static_cast<uint16_t>(sign | r);
-}
+// fp16 <-> float, exact scalar versions, in this ISA's namespace (shared with scalar_types.h).
+#include "fp16_bits.inc"
 
 inline void cvt_f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
@@ -398,7 +356,7 @@ inline void cvt_f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
 #endif
-  for (; i < n; ++i) dst[i] = half_to_float_scalar(src[i]);
+  for (; i < n; ++i) dst[i] = half_bits_to_float(src[i]);
 }
 
 inline void cvt_f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
@@ -412,7 +370,7 @@ inline void cvt_f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
-  for (; i < n; ++i) dst[i] = float_to_half_scalar(src[i]);
+  for (; i < n; ++i) dst[i] = float_to_half_bits(src[i]);
 }
 
 // Interleave two rows of 16-bit values: dst[2c] = a[c], dst[2c+1] = b[c] for c < n
