@@ -303,9 +303,6 @@ def test_sinks_change_the_result_and_lse() -> None:
     torch.testing.assert_close(out, plain_out * torch.exp(plain_lse - lse).transpose(1, 2).unsqueeze(-1))
 
 
-@pytest.mark.xfail(strict=True, reason="flash_attn rounds float64 sinks to float32 (sinks_to_floats in "
-                   "csrc/kernels/flash_attention/flash_attention_entry.h, float params.sinks), so float64 inputs with "
-                   "sinks lose precision (~1e-9 instead of summation-order agreement)")
 def test_sinks_float64_are_not_rounded_to_float32() -> None:
     # float64 is the gradcheck dtype (Decision 2): a float64 sink must keep its precision.
     x = make_inputs("BSND", 1, 3, 4, 2, 1, 8, 8, torch.float64, seed=11)

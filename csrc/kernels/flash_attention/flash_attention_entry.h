@@ -237,18 +237,20 @@ inline void choose_compute(opDataType dt, int64_t D, int64_t Dv, Plan* plan) {
   }
 }
 
-inline void sinks_to_floats(const opTensor* sinks, std::vector<float>* out) {
+inline void sinks_to_doubles(const opTensor* sinks, std::vector<double>* out) {
   const int64_t n = sinks->shape[0];
   out->resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t idx = i * sinks->strides[0];
-    float v = 0.f;
+    double v = 0.0;
     switch (sinks->dtype) {
       case OP_DT_FLOAT: v = static_cast<const float*>(sinks->data)[idx]; break;
-      case OP_DT_DOUBLE: v = static_cast<float>(static_cast<const double*>(sinks->data)[idx]); break;
+      case OP_DT_DOUBLE: v = static_cast<const double*>(sinks->data)[idx]; break;
       case OP_DT_BF16: {
         const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(sinks->data)[idx]) << 16;
-        std::memcpy(&v, &u, 4);
+        float f;
+        std::memcpy(&f, &u, 4);
+        v = f;
         break;
       }
       case OP_DT_FLOAT16: {

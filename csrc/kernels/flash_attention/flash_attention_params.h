@@ -68,7 +68,8 @@ struct FlashAttnFwdParams {
   int64_t win_left = -1;
   int64_t win_right = -1;
   MaskAlign align = MaskAlign::kBottomRight;
-  const float* sinks = nullptr;  // (N1,) per-head logit joining the denominator, unscaled; nullptr = none
+  const double* sinks = nullptr;  // (N1,) per-head logit joining the denominator, unscaled; nullptr = none
+                                 // (double, so float64 inputs keep a float64 sink exactly)
 
   // ---- reserved for swa_forward / swa_backward (not implemented yet; must stay zero) -------
   // A full boolean mask (1 = masked), a pse bias added to the scaled logits and dropout fit the

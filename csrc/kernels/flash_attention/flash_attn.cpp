@@ -30,7 +30,7 @@ class FlashAttnExecutor final : public opExecutor {
   FlashAttnFwdParams params;
   Plan plan;
   Sequences seq;
-  std::vector<float> sinks;
+  std::vector<double> sinks;
   PlanStorage storage;
 };
 
@@ -158,7 +158,7 @@ opStatus FlashAttnGetWorkspaceSize(const opTensor* q, const opTensor* k, const o
   p.win_right = right;
   p.align = MaskAlign::kBottomRight;
   if (sinks != nullptr) {
-    sinks_to_floats(sinks, &ex->sinks);
+    sinks_to_doubles(sinks, &ex->sinks);
     p.sinks = ex->sinks.data();
   }
 
