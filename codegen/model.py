@@ -64,15 +64,36 @@ class BackwardInput:
 
 
 @dataclass(frozen=True)
+class Formula:
+    """A gradient the backward op does not return, computed by a Python function of
+    ``op_plugin.autograd_formulas`` (as derivatives.yaml formulas call FunctionsManual helpers)."""
+
+    function: str
+    args: tuple[BackwardInput, ...]
+
+
+@dataclass(frozen=True)
 class AutogradPair:
     backward: str
     inputs: tuple[tuple[str, BackwardInput], ...]  # backward argument -> source, in backward order
     grads: tuple[tuple[str, str], ...]  # forward input -> backward output giving its gradient
     non_differentiable: tuple[str, ...]  # forward outputs with no gradient
     loc: Location
+    formulas: tuple[tuple[str, Formula], ...] = ()  # forward input -> formula giving its gradient
+    # Forward argument -> Python literal: the autograd kernel runs the forward with these values
+    # (e.g. return_softmax_lse=True, so the backward gets the full lse); outputs whose shape rule
+    # depends on them are handed back zero-filled in the shape the caller's arguments give.
+    forward_overrides: tuple[tuple[str, str], ...] = ()
 
-    def saved_tensors(self) -> tuple[BackwardInput, ...]:
-        return tuple(src for _, src in self.inputs if src.source != "grad")
+    def saved_sources(self) -> tuple[BackwardInput, ...]:
+        """Forward inputs and outputs the backward op and the formulas read."""
+        srcs = [src for _, src in self.inputs] + [a for _, f in self.formulas for a in f.args]
+        return tuple(src for src in srcs if src.source != "grad")
+
+    def grad_sources(self) -> tuple[str, ...]:
+        """Outputs whose incoming gradient the backward op or a formula reads."""
+        srcs = [src for _, src in self.inputs] + [a for _, f in self.formulas for a in f.args]
+        return tuple(dict.fromkeys(src.name for src in srcs if src.source == "grad"))
 
 
 @dataclass(frozen=True)

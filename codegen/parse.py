@@ -1,6 +1,7 @@
 """Loads op_plugin_functions.yaml into the model, strictly, reporting every error at once."""
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import keyword
@@ -12,14 +13,14 @@ import yaml
 from torchgen.model import BaseTy, BaseType, FunctionSchema
 
 from codegen import expr as E
-from codegen.model import (AutogradPair, BackwardInput, Check, Let, Location, OpEntry, OutputRule,
+from codegen.model import (AutogradPair, BackwardInput, Check, Formula, Let, Location, OpEntry, OutputRule,
                            Registry, Rule)
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "tags", "doc"}
 CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let"}
 OUTPUT_KEYS = {"shape", "dtype", "like"}
-AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable"}
+AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable", "forward_overrides"}
 PYTHON_KEYS = {"returns"}
 KNOWN_TAGS = {"pt2_compliant_tag", "nondeterministic_seeded", "needs_fixed_stride_order"}
 META_KEYS = {LINE_KEY, KEY_LINES}
@@ -468,9 +469,53 @@ def _parse_autograd(e: dict[str, Any], func: FunctionSchema, op: str, path: str,
             inputs.append((bwd_arg, BackwardInput("grad", source[5:-1].strip())))
         else:
             inputs.append((bwd_arg, BackwardInput("?", source)))  # input or output: resolved later
-    grads = tuple((str(k), str(grads_spec[k])) for k in _keys(grads_spec))
-    return AutogradPair(backward=backward, inputs=tuple(inputs), grads=grads,
-                        non_differentiable=tuple(str(x) for x in non_diff), loc=Location(path, line))
+    grads, formulas = [], []
+    for k in _keys(grads_spec):
+        value = str(grads_spec[k]).strip()
+        if "(" in value:
+            formula = _parse_formula(value)
+            if formula is None:
+                errors.add(_line(grads_spec, k, line), op, f"autograd.grads: {k}: {value!r} is neither a backward "
+                           "output nor a call f(name, grad(output), ...) of op_plugin.autograd_formulas")
+            else:
+                formulas.append((str(k), formula))
+        else:
+            grads.append((str(k), value))
+    overrides_spec = spec.get("forward_overrides", {}) or {}
+    if not isinstance(overrides_spec, dict):
+        errors.add(_line(spec, "forward_overrides", line), op, "autograd.forward_overrides must be a mapping")
+        overrides_spec = {}
+    overrides = []
+    for k in _keys(overrides_spec):
+        value = overrides_spec[k]
+        if not isinstance(value, (bool, int, float, str)):
+            errors.add(_line(overrides_spec, k, line), op,
+                       f"autograd.forward_overrides: {k}: {value!r} must be a bool, int, float or str literal")
+            continue
+        overrides.append((str(k), repr(value)))
+    return AutogradPair(backward=backward, inputs=tuple(inputs), grads=tuple(grads),
+                        non_differentiable=tuple(str(x) for x in non_diff), loc=Location(path, line),
+                        formulas=tuple(formulas), forward_overrides=tuple(overrides))
+
+
+def _parse_formula(text: str) -> Optional[Formula]:
+    """``f(a, grad(out), ...)`` with plain names: unresolved sources, checked across entries."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.keywords:
+        return None
+    args = []
+    for a in node.args:
+        if isinstance(a, ast.Name):
+            args.append(BackwardInput("?", a.id))
+        elif (isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == "grad"
+              and len(a.args) == 1 and isinstance(a.args[0], ast.Name) and not a.keywords):
+            args.append(BackwardInput("grad", a.args[0].id))
+        else:
+            return None
+    return Formula(node.func.id, tuple(args))
 
 
 def _check_across_entries(ops: list[OpEntry], errors: _Errors,
@@ -552,12 +597,43 @@ def _check_across_entries(ops: list[OpEntry], errors: _Errors,
                 errors.add(line, op.name, f"autograd.grads: {fwd_in!r} is a {fwd_kinds[fwd_in]}, not a tensor input")
             if bwd_out not in bwd_outputs:
                 errors.add(line, op.name, f"autograd.grads: {bwd_out!r} is not an output of {bwd.name}")
+        formulas = []
+        for fwd_in, formula in pair.formulas:
+            line = at(f"grads.{fwd_in}", "grads")
+            if fwd_in not in fwd_kinds or E.base(fwd_kinds[fwd_in]) != E.TENSOR:
+                errors.add(line, op.name, f"autograd.grads: {fwd_in!r} is not a tensor input of {op.name}")
+            if fwd_in in dict(pair.grads):
+                errors.add(line, op.name, f"autograd.grads: {fwd_in!r} has two gradients")
+            args = []
+            for src in formula.args:
+                if src.source == "grad":
+                    if src.name not in fwd_outputs:
+                        errors.add(line, op.name, f"autograd.grads: grad({src.name}) names no output of {op.name}")
+                    args.append(src)
+                elif src.name in fwd_kinds:
+                    args.append(BackwardInput("input", src.name))
+                elif src.name in fwd_outputs:
+                    args.append(BackwardInput("output", src.name))
+                else:
+                    errors.add(line, op.name, f"autograd.grads: {fwd_in}: {src.name!r} is neither an input "
+                               f"nor an output of {op.name}")
+            formulas.append((fwd_in, Formula(formula.function, tuple(args))))
+        for name, value in pair.forward_overrides:
+            kind = fwd_kinds.get(name)
+            literal = ast.literal_eval(value)
+            if kind is None:
+                errors.add(at("forward_overrides"), op.name,
+                           f"autograd.forward_overrides: {name!r} is not an argument of {op.name}")
+            elif E.base(kind) not in (E.BOOL, E.INT, E.FLOAT, E.STR) or (
+                    E.base(kind) != {bool: E.BOOL, int: E.INT, float: E.FLOAT, str: E.STR}[type(literal)]):
+                errors.add(at("forward_overrides"), op.name,
+                           f"autograd.forward_overrides: {name!r} is a {kind}, but {value} is not")
         for out in pair.non_differentiable:
             if out not in fwd_outputs:
                 errors.add(at("non_differentiable"), op.name,
                            f"autograd.non_differentiable: {out!r} is not an output of {op.name}")
-        ops[i] = dataclasses.replace(op, autograd=AutogradPair(pair.backward, tuple(resolved), pair.grads,
-                                                               pair.non_differentiable, pair.loc))
+        ops[i] = dataclasses.replace(op, autograd=dataclasses.replace(pair, inputs=tuple(resolved),
+                                                                      formulas=tuple(formulas)))
 
 
 def _kind(t: Any) -> str:

@@ -71,7 +71,7 @@ CASES = [
   outputs: {result0: {like: x}}
 """, [
         "reg.yaml:5: f: autograd: no source for f_grad argument 'grad'; name it under autograd.inputs",
-        "reg.yaml:6: f: unknown autograd key 'save'; known: backward, grads, inputs, non_differentiable",
+        "reg.yaml:6: f: unknown autograd key 'save'; known: backward, forward_overrides, grads, inputs, non_differentiable",
     ], id="unknown_autograd_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -513,6 +513,32 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:11: f: autograd.grads: 'grad_q' is not an output of f_grad",
         "reg.yaml:12: f: autograd.non_differentiable: 'zz' is not an output of f",
     ], id="autograd_cross_errors"),
+    pytest.param("""\
+- func: f(Tensor x, Tensor? b=None, int n=0, bool full=False) -> (Tensor y, Tensor aux)
+  kernel: F
+  outputs: {y: {like: x}, aux: {like: x}}
+  autograd:
+    backward: f_grad
+    inputs: {grad_y: grad(y)}
+    grads:
+      x: grad_x
+      b: bias_grad(grad(y), x, nope, grad(zz))
+      n: count_grad(x)
+      aux: 1 + f(x)
+    forward_overrides: {full: 1, missing: true, n: 2.5}
+- func: f_grad(Tensor grad_y, Tensor x) -> Tensor grad_x
+  kernel: FGrad
+  outputs: {grad_x: {like: x}}
+""", [
+        "reg.yaml:9: f: autograd.grads: b: 'nope' is neither an input nor an output of f",
+        "reg.yaml:9: f: autograd.grads: grad(zz) names no output of f",
+        "reg.yaml:10: f: autograd.grads: 'n' is not a tensor input of f",
+        "reg.yaml:11: f: autograd.grads: aux: '1 + f(x)' is neither a backward output nor a call "
+        "f(name, grad(output), ...) of op_plugin.autograd_formulas",
+        "reg.yaml:12: f: autograd.forward_overrides: 'full' is a bool, but 1 is not",
+        "reg.yaml:12: f: autograd.forward_overrides: 'missing' is not an argument of f",
+        "reg.yaml:12: f: autograd.forward_overrides: 'n' is a int, but 2.5 is not",
+    ], id="autograd_formula_and_override_errors"),
     pytest.param(OK + """\
 - func: other(Tensor x) -> Tensor
   kernel: Good

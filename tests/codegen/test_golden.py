@@ -114,7 +114,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     registry = str(FIXTURES / "autograd.yaml")
     _generate("autograd", out)
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
-    assert capsys.readouterr().out == "codegen: 10 files up to date\n"
+    assert capsys.readouterr().out == "codegen: 12 files up to date\n"
 
     edited = out / "bindings/toy_attn.cpp"
     hand_edit = edited.read_text() + "// a hand edit the templates know nothing about\n"
@@ -127,7 +127,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     assert edited.read_text() == hand_edit and not (out / "python/ops.pyi").exists()  # --check wrote nothing
 
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("codegen: 2 written, 8 unchanged")
+    assert capsys.readouterr().out.startswith("codegen: 2 written, 10 unchanged")
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
 
 
@@ -227,17 +227,42 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
         assert callable(backward) and callable(setup_context)
         recorded.append(("autograd", name))
 
+    class Library:  # an Autograd kernel registered directly (ops with autograd.forward_overrides)
+        def __init__(self, namespace: str, kind: str) -> None:
+            assert kind == "IMPL"
+            self.namespace = namespace
+
+        def impl(self, name: str, fn: Any, key: str, with_keyset: bool = False) -> None:
+            assert callable(fn) and key == "Autograd" and with_keyset
+            recorded.append(("autograd", f"{self.namespace}::{name}"))
+
+    class Ops:  # torch.ops.<namespace>.<op>.default
+        def __getattr__(self, name: str) -> Any:
+            return types.SimpleNamespace(default=name)
+
     torch = types.ModuleType("torch")
     torch.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
     torch.library = types.SimpleNamespace(register_fake=register_fake,  # type: ignore[attr-defined]
-                                          register_autograd=register_autograd)
+                                          register_autograd=register_autograd, Library=Library)
+    torch.ops = types.SimpleNamespace(op_plugin=Ops())  # type: ignore[attr-defined]
+    library_autograd = types.ModuleType("torch._library.autograd")
+    library_autograd.Info = lambda **kw: kw  # type: ignore[attr-defined]
+    library_autograd.make_autograd_impl = lambda op, info: (op, info)  # type: ignore[attr-defined]
+    library_utils = types.ModuleType("torch._library.utils")
+    library_utils.fill_defaults = lambda schema, args, kwargs: (args, kwargs)  # type: ignore[attr-defined]
     runtime = types.ModuleType("op_plugin._runtime")
     for attr in ("_fmt", "_stats_dtype", "_upper", "strict_mode"):
         setattr(runtime, attr, lambda *a: None)
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setitem(sys.modules, "op_plugin", types.ModuleType("op_plugin"))
-    monkeypatch.setitem(sys.modules, "op_plugin._runtime", runtime)
-    namespace: dict[str, Any] = {"__name__": f"generated_{path.stem}"}
+    op_plugin = types.ModuleType("op_plugin")
+    op_plugin.autograd_formulas = types.ModuleType("op_plugin.autograd_formulas")  # type: ignore[attr-defined]
+    for name, module in {"torch": torch, "torch._library": types.ModuleType("torch._library"),
+                         "torch._library.autograd": library_autograd, "torch._library.utils": library_utils,
+                         "op_plugin": op_plugin, "op_plugin.autograd_formulas": op_plugin.autograd_formulas,
+                         "op_plugin._runtime": runtime, "generated": types.ModuleType("generated"),
+                         "generated.fakes": types.ModuleType("generated.fakes")}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    # The generated modules live in one package (autograd.py imports its fakes relatively).
+    namespace: dict[str, Any] = {"__name__": f"generated.{path.stem}", "__package__": "generated"}
     exec(compile(path.read_text(), str(path), "exec", dont_inherit=True), namespace)
     return namespace
 
@@ -248,9 +273,10 @@ def test_generated_python_modules_execute(fixture: str, tmp_path: Path, monkeypa
     recorded: list[tuple[str, str]] = []
     for name in ("ops.py", "autograd.py", "fakes.py"):
         _run_module(tmp_path / "python" / name, recorded, monkeypatch)
-    expected = {"minimal": ["identity_copy"], "options": ["masked_mix"], "autograd": ["toy_attn", "toy_attn_grad"]}
+    expected = {"minimal": ["identity_copy"], "options": ["masked_mix"],
+                "autograd": ["toy_attn", "toy_attn_grad", "toy_lse_attn"]}
     assert [op for kind, op in recorded if kind == "fake"] == [f"op_plugin::{op}" for op in expected[fixture]]
-    autograd = ["op_plugin::toy_attn"] if fixture == "autograd" else []
+    autograd = ["op_plugin::toy_attn", "op_plugin::toy_lse_attn"] if fixture == "autograd" else []
     assert [op for kind, op in recorded if kind == "autograd"] == autograd
 
 

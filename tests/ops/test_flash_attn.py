@@ -27,7 +27,6 @@ import op_plugin
 FWD = torch.ops.op_plugin.flash_attn.default
 BWD = torch.ops.op_plugin.flash_attn_grad.default
 TEMPLATE = torch.triu(torch.ones(2048, 2048, dtype=torch.int8), 1)  # the device's mask template
-OPCHECK_UTILS = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")  # no autograd registration yet
 
 
 def metadata_length(B: int, N2: int) -> int:
@@ -282,8 +281,7 @@ def test_sinks(mask, dtype) -> None:
 
 
 def test_sinks_tnd_with_empty_rows() -> None:
-    # Rows with nothing to attend to stay out 0, lse +inf with a sink too (Decision 5); the sink
-    # values are exact in float32 (see the float64 rounding xfail below).
+    # Rows with nothing to attend to stay out 0, lse +inf with a sink too (Decision 5).
     x = make_inputs("TND", None, [3, 4, 2], [4, 0, 5], 4, 2, 16, 16, torch.float64, seed=1)
     opts = dict(layout_q="TND", sinks=torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64), mask_mode=3,
                 seqused_kv=torch.tensor([4, 0, 1], dtype=torch.int32), softmax_scale=0.25)
@@ -433,6 +431,115 @@ def test_grad_of_mqa_sums_over_the_group() -> None:
     torch.testing.assert_close(dv, dv_r.sum(2, keepdim=True), rtol=1e-12, atol=1e-12)
 
 
+# ---- autograd: flash_attn -> flash_attn_grad (and dsinks, Decision 6) ---------------------------
+
+# (layout, B, Sq, Skv, N1, N2, D, Dv, opts): every layout, GQA/MQA, Dv != D, masks, seqused, empty
+# sequences and rows, BNSD in / BSND out.
+AUTOGRAD_CASES = [
+    ("BSND", 2, 6, 9, 4, 2, 8, 8, dict(mask_mode=3, softmax_scale=0.4)),
+    ("BNSD", 1, 7, 5, 3, 1, 8, 6, dict(mask_mode=4, win_left=2, win_right=1)),
+    ("BNSD", 2, 5, 5, 2, 2, 8, 8, dict(layout_out="BSND", softmax_scale=0.3)),
+    ("TND", None, [4, 0, 6], [5, 3, 0], 4, 2, 8, 8, dict(mask_mode=3, seqused_kv=torch.tensor([5, 1, 0]))),
+]
+
+
+def _autograd_inputs(case, dtype, seed):
+    layout, B, Sq, Skv, N1, N2, D, Dv, opts = case
+    x = make_inputs(layout, B, Sq, Skv, N1, N2, D, Dv, dtype, seed=seed)
+    opts = dict(opts, layout_q=layout, layout_kv=layout)
+    opts.setdefault("layout_out", layout)
+    if opts["layout_out"] != layout:  # BNSD in, BSND out: dout is shaped like out
+        x["dout"] = x["dout"].transpose(1, 2).contiguous()
+    sinks = torch.linspace(-1.0, 1.5, N1, dtype=torch.float64).to(dtype)
+    return x, opts, sinks
+
+
+def _autograd_call(x, opts, q, k, v, sinks, return_softmax_lse=False):
+    return run_forward(dict(x, q=q, k=k, v=v), dict(opts, sinks=sinks), return_softmax_lse=return_softmax_lse)
+
+
+@pytest.mark.parametrize("with_sinks", [False, True])
+@pytest.mark.parametrize("case", AUTOGRAD_CASES, ids=lambda c: f"{c[0]}-{c[8]}")
+def test_autograd_matches_the_float64_reference(case, with_sinks) -> None:
+    x, opts, sinks = _autograd_inputs(case, torch.float64, seed=40)
+    leaves = [t.clone().requires_grad_(True) for t in (x["q"], x["k"], x["v"], sinks)]
+    ref_leaves = [t.clone().requires_grad_(True) for t in (x["q"], x["k"], x["v"], sinks)]
+    out, lse = _autograd_call(x, opts, *leaves[:3], leaves[3] if with_sinks else None)
+    assert lse.shape == (1,) and float(lse) == 0.0  # return_softmax_lse=False, also under autograd
+    ref_out, _ = reference(*ref_leaves[:3], **dict(opts, cu_seqlens_q=x.get("cu_seqlens_q"),
+                                                   cu_seqlens_kv=x.get("cu_seqlens_kv"),
+                                                   sinks=ref_leaves[3] if with_sinks else None))
+    out.backward(x["dout"])
+    ref_out.backward(x["dout"])
+    torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-10)
+    for name, ours, ref in zip(("dq", "dk", "dv", "dsinks"), leaves, ref_leaves):
+        if name == "dsinks" and not with_sinks:
+            assert ours.grad is None
+            continue
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-10, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("case", AUTOGRAD_CASES, ids=lambda c: f"{c[0]}-{c[8]}")
+def test_gradcheck(case) -> None:
+    x, opts, sinks = _autograd_inputs(case, torch.float64, seed=41)
+    leaves = [t.clone().requires_grad_(True) for t in (x["q"], x["k"], x["v"], sinks)]
+    assert torch.autograd.gradcheck(lambda *t: _autograd_call(x, opts, *t)[0], leaves)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_autograd_runs_flash_attn_grad_on_the_full_lse(dtype, return_lse) -> None:
+    # Whatever return_softmax_lse says, the backward is flash_attn_grad on the forward's full lse:
+    # the gradients equal an explicit flash_attn_grad call bit for bit.
+    x, opts, _ = _autograd_inputs(AUTOGRAD_CASES[0], dtype, seed=42)
+    leaves = [t.clone().requires_grad_(True) for t in (x["q"], x["k"], x["v"])]
+    out, lse = _autograd_call(x, opts, *leaves, None, return_softmax_lse=return_lse)
+    out.backward(x["dout"])
+    full_out, full_lse = run_forward(x, opts)
+    expected = run_grad(x, full_out, full_lse, opts)
+    assert torch.equal(out.detach(), full_out)
+    assert torch.equal(lse, full_lse) if return_lse else torch.equal(lse, torch.zeros(1))
+    for leaf, grad in zip(leaves, expected):
+        assert torch.equal(leaf.grad, grad)
+
+
+def test_autograd_only_sinks_requires_grad() -> None:
+    # dsinks alone: q/k/v are plain tensors, the formula still gets grad(attn_out).
+    x, opts, sinks = _autograd_inputs(AUTOGRAD_CASES[3], torch.float64, seed=43)
+    s = sinks.clone().requires_grad_(True)
+    out, _ = _autograd_call(x, opts, x["q"], x["k"], x["v"], s)
+    (dsinks,) = torch.autograd.grad(out, s, x["dout"])
+    s_ref = sinks.clone().requires_grad_(True)
+    ref_out, _ = reference(x["q"], x["k"], x["v"], **dict(opts, cu_seqlens_q=x["cu_seqlens_q"],
+                                                          cu_seqlens_kv=x["cu_seqlens_kv"], sinks=s_ref))
+    (ref_dsinks,) = torch.autograd.grad(ref_out, s_ref, x["dout"])
+    torch.testing.assert_close(dsinks, ref_dsinks, rtol=1e-10, atol=1e-12)
+
+
+def test_torch_compile_training_step() -> None:
+    # The loss through op_plugin.flash_attn compiles with fullgraph=True; AOTAutograd compiles its
+    # backward (flash_attn_grad and the dsinks formula), which must give the eager gradients.
+    x, opts, sinks = _autograd_inputs(AUTOGRAD_CASES[0], torch.float32, seed=44)
+
+    def loss_fn(q, k, v, s):
+        out, _ = _autograd_call(x, opts, q, k, v, s)
+        return (out * x["dout"]).sum()
+
+    def grads_of(fn):
+        leaves = [t.clone().requires_grad_(True) for t in (x["q"], x["k"], x["v"], sinks)]
+        loss = fn(*leaves)
+        loss.backward()
+        return loss.detach(), [t.grad for t in leaves]
+
+    expected_loss, expected_grads = grads_of(loss_fn)
+    for backend in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        got_loss, got_grads = grads_of(torch.compile(loss_fn, fullgraph=True, backend=backend))
+        torch.testing.assert_close(got_loss, expected_loss)
+        for got, want in zip(got_grads, expected_grads):
+            torch.testing.assert_close(got, want)
+
+
 # ---- opcheck, fake tensors, torch.compile ------------------------------------------------------
 
 OPCHECK_CASES = [
@@ -442,20 +549,22 @@ OPCHECK_CASES = [
 ]
 
 
+@pytest.mark.parametrize("return_lse", [True, False])
 @pytest.mark.parametrize("layout,opts", OPCHECK_CASES, ids=[c[0] for c in OPCHECK_CASES])
-def test_opcheck(layout, opts) -> None:
+def test_opcheck(layout, opts, return_lse) -> None:
     x = make_inputs(layout, 2, 5, 6, 4, 2, 8, 8, torch.float32, seed=20) if layout != "TND" else \
         make_inputs(layout, None, [5, 2], [6, 1], 4, 2, 8, 8, torch.float32, seed=20)
     kw = dict(opts, layout_q=layout, layout_kv=layout, layout_out=layout, softmax_scale=0.3,
               cu_seqlens_q=x.get("cu_seqlens_q"), cu_seqlens_kv=x.get("cu_seqlens_kv"))
     if opts["mask_mode"]:
         kw["attn_mask"] = TEMPLATE
-    # No autograd registration exists yet (softmax_lse design question), hence no test_autograd_registration.
-    torch.library.opcheck(FWD, (x["q"], x["k"], x["v"]), dict(kw, return_softmax_lse=True), test_utils=OPCHECK_UTILS)
-    # return_softmax_lse=False is left out: its 1-element lse is uninitialized memory (see
-    # test_return_softmax_lse_false_gives_one_zero), so eager and AOT outputs differ at random.
+    # Inputs that require grad, so test_autograd_registration sees the autograd kernel, and the
+    # sinks gradient (a formula) is traced by test_aot_dispatch_dynamic too.
+    sinks = torch.tensor([0.5, -1.0, 0.0, 2.0], requires_grad=True)
+    qkv = [t.clone().requires_grad_(True) for t in (x["q"], x["k"], x["v"])]
+    torch.library.opcheck(FWD, tuple(qkv), dict(kw, sinks=sinks, return_softmax_lse=return_lse))
     out, lse = FWD(x["q"], x["k"], x["v"], **kw, return_softmax_lse=True)
-    torch.library.opcheck(BWD, (x["q"], x["k"], x["v"], x["dout"], out, lse), kw, test_utils=OPCHECK_UTILS)
+    torch.library.opcheck(BWD, (x["q"], x["k"], x["v"], x["dout"], out, lse), kw)
 
 
 FAKE_CASES = [
@@ -654,15 +763,15 @@ BWD_ERRORS = COMMON_ERRORS + [
      "dtype of k, v, dout and attn_out must be the same as q (float32), but got float16, float32, float32, float32"),
     (dict(softmax_lse=_z(2, 4, 5, dtype=torch.float64)), "softmax_lse must be float32, but got float64"),
     (dict(softmax_lse=_z(2, 4, 5, dtype=torch.bfloat16)), "softmax_lse must be float32, but got bfloat16"),
-    (dict(layout_kv="BNSD"), "layout_q(BSND), layout_kv(BNSD), layout_out(BSND) must be the same."),
-    (dict(layout_out="BNSD"), "layout_q(BSND), layout_kv(BSND), layout_out(BNSD) must be the same."),
+    (dict(layout_kv="BNSD"), "layout_q(BSND), layout_kv(BNSD), layout_out(BSND) must be the same (BNSD may give BSND out)."),
+    (dict(layout_out="BNSD"), "layout_q(BSND), layout_kv(BSND), layout_out(BNSD) must be the same (BNSD may give BSND out)."),
     (dict(dout=_z(2, 5, 64)), "dout must be 4D when layout is BSND, but got 3D."),
     (dict(attn_out=_z(2, 5, 4, 16, 1)), "attn_out must be 4D when layout is BSND, but got 5D."),
-    (dict(dout=_z(2, 5, 4, 8)), "dout and attn_out must have q's shape with D = Dv (16), but got [2, 5, 4, 8] and [2, 5, 4, 16]."),
+    (dict(dout=_z(2, 5, 4, 8)), "dout and attn_out must have q's shape in layout_out with D = Dv (16), but got [2, 5, 4, 8] and [2, 5, 4, 16]."),
     (dict(dout=_z(2, 5, 4, 8), attn_out=_z(2, 5, 4, 8)),
-     "dout and attn_out must have q's shape with D = Dv (16), but got [2, 5, 4, 8] and [2, 5, 4, 8]."),
+     "dout and attn_out must have q's shape in layout_out with D = Dv (16), but got [2, 5, 4, 8] and [2, 5, 4, 8]."),
     (dict(dout=_z(2, 6, 4, 16), attn_out=_z(2, 6, 4, 16)),
-     "dout and attn_out must have q's shape with D = Dv (16), but got [2, 6, 4, 16] and [2, 6, 4, 16]."),
+     "dout and attn_out must have q's shape in layout_out with D = Dv (16), but got [2, 6, 4, 16] and [2, 6, 4, 16]."),
     (dict(softmax_lse=_z(1)), "softmax_lse must be (N, T) when layout is TND, else (B, N, S) = (2, 4, 5), but got [1]."),
     (dict(softmax_lse=_z(2, 5, 4)), "softmax_lse must be (N, T) when layout is TND, else (B, N, S) = (2, 4, 5), but got [2, 5, 4]."),
 ]
@@ -789,6 +898,13 @@ def test_strict_mode_device_limits() -> None:
         big_grad = dict(big, cu_seqlens_q=cu, cu_seqlens_kv=cu, dout=_z(1, 4, 64), attn_out=_z(1, 4, 64),
                         softmax_lse=_z(4, 1))
         raises_same_in_eager_and_fake(BWD, _bwd_args(**big_grad), re.escape("B must be < 65536 on the device, but got 65536."))
+        # the grad takes BNSD in / BSND out on the CPU only (so autograd pairs every forward call)
+        x = make_inputs("BNSD", 1, 3, 4, 2, 1, 64, 64, torch.float32)
+        bnsd = dict(q=x["q"], k=x["k"], v=x["v"], dout=_z(1, 3, 2, 64), attn_out=_z(1, 3, 2, 64),
+                    softmax_lse=_z(1, 2, 3), layout_q="BNSD", layout_kv="BNSD", layout_out="BSND")
+        raises_same_in_eager_and_fake(BWD, _bwd_args(**bnsd), re.escape(
+            "layout_out must equal layout_q on the device, but got layout_q(BNSD), layout_out(BSND)."))
+    BWD(*_bwd_args(**bnsd))
     FWD(*_fwd_args(**window_unbounded))  # the context manager restored the CPU limits
     op_plugin.set_strict(True)
     try:

@@ -60,9 +60,11 @@ opStatus FlashAttnGradGetWorkspaceSize(const opTensor* q, const opTensor* k, con
 
   Layout lq, lkv, lo;
   OP_CHECK(parse_layout(layout_q, &lq), "layout_q only supports BSND, TND, BNSD, but got ", layout_q ? layout_q : "(null)", ".");
-  OP_CHECK(parse_layout(layout_kv, &lkv) && parse_layout(layout_out, &lo) && lkv == lq && lo == lq, "layout_q(",
-           layout_q, "), layout_kv(", layout_kv ? layout_kv : "(null)", "), layout_out(",
-           layout_out ? layout_out : "(null)", ") must be the same.");
+  // BNSD in with BSND out, as the forward allows, so autograd can pair any forward call with its grad.
+  OP_CHECK(parse_layout(layout_kv, &lkv) && parse_layout(layout_out, &lo) && lkv == lq &&
+               (lo == lq || (lq == Layout::kBNSD && lo == Layout::kBSND)),
+           "layout_q(", layout_q, "), layout_kv(", layout_kv ? layout_kv : "(null)", "), layout_out(",
+           layout_out ? layout_out : "(null)", ") must be the same (BNSD may give BSND out).");
   OP_CHECK(is_float_dtype(q->dtype), "q must be float16, bfloat16, float32 or float64, but got ", dtype_name(q->dtype));
   const opDataType dt = q->dtype;
   const int rank = layout_rank(lq);
@@ -78,10 +80,12 @@ opStatus FlashAttnGradGetWorkspaceSize(const opTensor* q, const opTensor* k, con
   OP_CHECK(vd.batch == kd.batch && vd.rows == kd.rows && vd.heads == kd.heads,
            "v must match k in batch, sequence and head dims.");
   OP_CHECK(qd.heads % kd.heads == 0, "N dim of q must be divisible by N dim of k.");
+  const Dims od = dims_of(*attn_out, lo), dod = dims_of(*dout, lo);
+  for (const Dims& o : {od, dod})
+    OP_CHECK(o.batch == qd.batch && o.rows == qd.rows && o.heads == qd.heads && o.dim == vd.dim,
+             "dout and attn_out must have the shape of q with the last dim Dv (", vd.dim, ") in layout_out.");
   for (int d = 0; d < rank; ++d) {
-    const int64_t want_o = d == rank - 1 ? vd.dim : q->shape[d];
-    OP_CHECK(dout->shape[d] == want_o && attn_out->shape[d] == want_o,
-             "dout and attn_out must have the shape of q with the last dim Dv (", vd.dim, ").");
+    OP_CHECK(dout->shape[d] == attn_out->shape[d], "dout and attn_out must have the same shape.");
     OP_CHECK(dq->shape[d] == q->shape[d] && dk->shape[d] == k->shape[d] && dv->shape[d] == v->shape[d],
              "dq, dk, dv must have the shapes of q, k, v.");
   }
@@ -125,9 +129,8 @@ opStatus FlashAttnGradGetWorkspaceSize(const opTensor* q, const opTensor* k, con
   p.head_dim_v = vd.dim;
   p.max_seqlen_q = ex->seq.max_q;
   p.max_seqlen_kv = ex->seq.max_kv;
-  // dq/dk/dv, dout/attn_out share the strides of q/k/v and q-with-Dv: all are contiguous in the
-  // same layout, so their strides are those of the matching input.
-  const Dims od = dims_of(*attn_out, lq), dod = dims_of(*dout, lq);
+  // dq/dk/dv share the strides of q/k/v (all are contiguous in the same layout), dout those of
+  // attn_out.
   const Dims dqd = dims_of(*dq, lq), dkd = dims_of(*dk, lq), dvd = dims_of(*dv, lq);
   OP_CHECK(od.batch_stride == dod.batch_stride && od.row_stride == dod.row_stride && od.head_stride == dod.head_stride,
            "dout and attn_out must have the same strides");
