@@ -22,11 +22,17 @@
 //   * Masks and windows: the key range of a query block (forward) or the query range of a key
 //     tile (backward) comes from the window bounds, so tiles outside the window are never
 //     visited (a window costs O(S*W)); only tiles cut by the window boundary apply a lane mask.
+//   * swa extras are compile-time features of the same loops (kFeat), so flash_attn's
+//     instantiation is unchanged: kFeatBias adds an additive tile (c2 * pse, -inf where the full
+//     mask is set) to the logits; kFeatDropout multiplies P by the counter-based keep mask
+//     (counter_rng.h) where it feeds P V (forward) or dV and dP (backward), never the sums.
 #pragma once
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/counter_rng.h"
 #include "kernels/common/gemm_ukernel.h"
 #include "kernels/common/simd.h"
 #include "kernels/flash_attention/flash_attention_plan.h"
@@ -152,6 +158,62 @@ struct Carve {
   }
 };
 
+// ---- swa extras --------------------------------------------------------------------------
+enum Feat : int { kFeatBias = 1, kFeatDropout = 2 };
+template <int V>
+struct IntConst {
+  static constexpr int value = V;
+};
+
+inline int features_of(const FlashAttnFwdParams& p) {
+  return (p.full_mask || p.pse ? kFeatBias : 0) | (p.keep_prob < 1.0 ? kFeatDropout : 0);
+}
+
+inline float load_float(const void* base, opDataType dt, int64_t idx) {
+  switch (dt) {
+    case OP_DT_DOUBLE: return static_cast<float>(static_cast<const double*>(base)[idx]);
+    case OP_DT_BF16: return bf16_to_float(static_cast<const uint16_t*>(base)[idx]);
+    case OP_DT_FLOAT16: return half_bits_to_float(static_cast<const uint16_t*>(base)[idx]);
+    default: return static_cast<const float*>(base)[idx];
+  }
+}
+
+// Additive tile bias[j * Br + i] (log2 units) for query rows i0 + [0, rows) and keys j0 + [0, nc)
+// of head n, batch b: c2 * pse, or -inf where the full mask is set; lanes past `rows` get 0.
+template <class S>
+inline void build_bias(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i0, int64_t rows, int64_t j0,
+                       int64_t nc, S c2, S* bias) {
+  const int64_t Br = kBlockQ;
+  for (int64_t i = 0; i < rows; ++i) {
+    S* col = bias + i;
+    if (p.pse) {
+      const int64_t base = b * p.pse_batch_stride + n * p.pse_head_stride + (i0 + i) * p.pse_row_stride + j0;
+      if (p.pse_dtype == OP_DT_DOUBLE) {
+        const double* x = static_cast<const double*>(p.pse) + base;
+        for (int64_t j = 0; j < nc; ++j) col[j * Br] = c2 * static_cast<S>(x[j]);
+      } else {
+        for (int64_t j = 0; j < nc; ++j) col[j * Br] = c2 * static_cast<S>(load_float(p.pse, p.pse_dtype, base + j));
+      }
+    } else {
+      for (int64_t j = 0; j < nc; ++j) col[j * Br] = S(0);
+    }
+    if (p.full_mask) {
+      const uint8_t* m = p.full_mask + b * p.full_mask_batch_stride + n * p.full_mask_head_stride +
+                         (i0 + i) * p.full_mask_row_stride + j0;
+      for (int64_t j = 0; j < nc; ++j)
+        if (m[j]) col[j * Br] = static_cast<S>(-INFINITY);
+    }
+  }
+  for (int64_t j = 0; j < nc; ++j)
+    for (int64_t i = rows; i < Br; ++i) bias[j * Br + i] = S(0);
+}
+
+// First dropout element index of row i of head n, batch b (key 0).
+inline uint64_t dropout_row0(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i) {
+  const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+  return static_cast<uint64_t>(p.elem_start[b] + (n * sq + i) * skv);
+}
+
 // Runs body(task, slot_base) over the plan's tasks, longest first, from a shared counter: the
 // schedule varies with the thread count, the arithmetic of a task does not.
 template <class Body>
@@ -185,6 +247,7 @@ struct Forward {
   static constexpr int64_t Bc = kBlockKV;
   static constexpr int NVQ = static_cast<int>(Br / W);  // vectors per score row
 
+  template <int kFeat>
   static void task(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind, const Task& t, char* slot) {
     const int64_t b = t.b, n = t.n, i0 = t.i0;
     const int64_t h = n / p.group;
@@ -204,6 +267,15 @@ struct Forward {
     S* l = c.take<S>(Br);
     S* alpha = c.take<S>(Br);
     float* tmp = c.take<float>(Dvp + Br);  // conversion scratch (bf16 P rows, output rows)
+    S* bias = (kFeat & kFeatBias) ? c.take<S>(Bc * Br) : nullptr;
+    DropoutKey dkey;
+    DropoutLanes lanes;
+    uint64_t e_row0 = 0;  // dropout element of (row i0, key 0); row i0 + r adds r * skv
+    if constexpr ((kFeat & kFeatDropout) != 0) {
+      dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
+      lanes.set(skv);
+      e_row0 = dropout_row0(p, b, n, i0);
+    }
 
     const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (p.q_start[b] + i0) * p.q_row_stride +
                  n * p.q_head_stride;
@@ -237,13 +309,17 @@ struct Forward {
       // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]
       gemm<Ops>(nc, Br, (D + KP - 1) / KP, k + j0 * p.k_row_stride, p.k_row_stride, KP, qt, Br * KP, sc, Br,
                 nullptr, kOverwrite);
+      if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias);
       // Online softmax, lane-wise over query rows.
       for (int iv = 0; iv < NVQ; ++iv) {
         const int64_t base = i0 + iv * W;
         V mx = Ops::set1(static_cast<S>(-INFINITY));
         S* col = sc + iv * W;
+        // dropout element of (row base, key j0); lane l adds l * skv, key j adds j
+        const uint64_t e_vec = e_row0 + static_cast<uint64_t>(iv * W * skv + j0);
         for (int64_t j = 0; j < nc; ++j) {
           V x = Ops::mul(Ops::loadc(col + j * Br), Ops::set1(c2));
+          if constexpr ((kFeat & kFeatBias) != 0) x = Ops::add(x, Ops::loadc(bias + j * Br + iv * W));
           if (!full) x = Ops::mask_range(x, base, w.first_row(j0 + j), w.last_row(j0 + j));
           Ops::storec(col + j * Br, x);
           mx = Ops::max(mx, x);
@@ -259,15 +335,20 @@ struct Forward {
           // bf16: P^T rows j, j+1 go straight to the pair-interleaved operand of O += P V.
           uint16_t* pp16 = reinterpret_cast<uint16_t*>(pp) + 2 * iv * W;
           for (int64_t j = 0; j < nc; j += 2) {
-            const V e0 = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
-            const V e1 = j + 1 < nc ? Ops::exp2(Ops::sub(Ops::loadc(col + (j + 1) * Br), muse)) : Ops::zero();
+            V e0 = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
+            V e1 = j + 1 < nc ? Ops::exp2(Ops::sub(Ops::loadc(col + (j + 1) * Br), muse)) : Ops::zero();
             sum = Ops::add(Ops::add(sum, e0), e1);
+            if constexpr ((kFeat & kFeatDropout) != 0) {  // the sum keeps every term, P V the kept ones
+              e0 = dropout_apply<Ops>(e0, e_vec + j, lanes, dkey);
+              e1 = dropout_apply<Ops>(e1, e_vec + j + 1, lanes, dkey);
+            }
             Ops::store_bf16_pair(pp16 + j * Br, e0, e1);
           }
         } else {
           for (int64_t j = 0; j < nc; ++j) {
-            const V e = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
+            V e = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
             sum = Ops::add(sum, e);
+            if constexpr ((kFeat & kFeatDropout) != 0) e = dropout_apply<Ops>(e, e_vec + j, lanes, dkey);
             Ops::storec(col + j * Br, e);
           }
         }
@@ -286,23 +367,35 @@ struct Forward {
     }
 
     // Finalise: out = O / l, lse = (m + log2 l) ln 2; rows without keys: out 0, lse +inf.
+    // swa statistics: max = m ln 2, sum = l (8 copies); rows with no key (a sink alone leaves
+    // m = sink, l = 1): out 0, max -FLT_MAX, sum FLT_MAX (SPEC §2.3).
     const int64_t ob = out_elem_bytes(out_kind);
     char* out = static_cast<char*>(p.out) +
                 (b * p.o_batch_stride + (p.q_start[b] + i0) * p.o_row_stride + n * p.o_head_stride) * ob;
     LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+    LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
+    const bool stats = p.softmax_sum != nullptr;
     const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i0) * p.lse_row_stride;
     for (int64_t i = 0; i < rows; ++i) {
       void* orow = out + i * p.o_row_stride * ob;
-      const bool empty = w.lo(i0 + i) > w.hi(i0 + i) || !(l[i] > S(0));
+      const bool empty = w.lo(i0 + i) > w.hi(i0 + i) || !(l[i] > S(0)) || (stats && sink && m[i] == m0 && l[i] == S(1));
+      const int64_t li = lse_base + i * p.lse_row_stride;
+      if (stats) {
+        const double mx = empty ? -FLT_MAX : static_cast<double>(m[i]) * kLn2;
+        const double sm = empty ? FLT_MAX : static_cast<double>(l[i]);
+        for (int r = 0; r < 8; ++r) {
+          lse.set(li + r, mx);
+          ssum.set(li + r, sm);
+        }
+      }
       if (empty) {
         zero_row(out_kind, orow, Dv);
-        if (p.lse) lse.set(lse_base + i * p.lse_row_stride, INFINITY);
+        if (p.lse && !stats) lse.set(li, INFINITY);
         continue;
       }
       store_row<S, Ops::kNativeBf16>(out_kind, acc + i * Dvp, orow, Dv, S(1) / l[i], tmp);
-      if (p.lse)
-        lse.set(lse_base + i * p.lse_row_stride,
-                (static_cast<double>(m[i]) + std::log2(static_cast<double>(l[i]))) * kLn2);
+      if (p.lse && !stats)
+        lse.set(li, (static_cast<double>(m[i]) + std::log2(static_cast<double>(l[i]))) * kLn2);
     }
   }
 };
@@ -321,6 +414,7 @@ struct Backward {
   static constexpr int64_t Bc = kBlockKV;
   static constexpr int NVQ = static_cast<int>(Br / W);
 
+  template <int kFeat>
   static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace, const Task& t,
                    char* slot) {
     const int64_t b = t.b, n = t.n;
@@ -379,6 +473,18 @@ struct Backward {
     S* dkacc = c.take<S>(Bc * (Dp + Dvp));
     S* dvacc = dkacc + Bc * Dp;
     float* tmp = c.take<float>(Dp + Dvp);  // output conversion scratch
+    S* bias = (kFeat & kFeatBias) ? c.take<S>(Bc * Br) : nullptr;
+    DropoutKey dkey;
+    DropoutLanes lanes;
+    uint64_t e_head = 0;  // dropout element of (row 0, key 0) of this head
+    if constexpr ((kFeat & kFeatDropout) != 0) {
+      dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
+      lanes.set(skv);
+      e_head = dropout_row0(p, b, n, 0);
+    }
+    S* dpse = p.want_dpse ? reinterpret_cast<S*>(static_cast<char*>(workspace) + plan.dpse_offset) +
+                                (b * p.heads_q + n) * plan.dpse_rows * plan.dpse_cols
+                          : nullptr;
 
     const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + p.q_start[b] * p.q_row_stride +
                  n * p.q_head_stride;
@@ -401,10 +507,12 @@ struct Backward {
                      reinterpret_cast<uint16_t*>(dopair), Dvp);
     }
     LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+    LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
     const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + p.q_start[b] * p.lse_row_stride;
     for (int64_t i = 0; i < S1p; ++i) {
       if (i < sq) {
-        lse2[i] = static_cast<S>(lse.get(lse_base + i * p.lse_row_stride) * kLog2e);
+        const int64_t li = lse_base + i * p.lse_row_stride;
+        lse2[i] = static_cast<S>((p.softmax_sum ? lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li)) * kLog2e);
         S d = S(0);
         const T* orow = o + i * p.o_row_stride;
         const T* drow = dO + i * p.o_row_stride;
@@ -447,6 +555,7 @@ struct Backward {
                     kOverwrite);
           gemm<Ops>(nc, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
                     kOverwrite);
+          if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, nc, c2, bias);
           // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)
           if constexpr (KP == 2) {
             // bf16: P^T and dS^T rows as bf16 (pairs along i) and dS^T rows j, j+1 interleaved
@@ -462,19 +571,28 @@ struct Backward {
                 const int64_t base = i0 + iv * W;
                 const V l2 = Ops::loadc(lse2 + base);
                 const V dl = Ops::loadc(delta + base);
+                const uint64_t e_vec = e_head + static_cast<uint64_t>(base * skv + j0 + j);
                 V x0 = Ops::mul(Ops::loadc(sc + j * Br + iv * W), Ops::set1(c2));
+                if constexpr ((kFeat & kFeatBias) != 0) x0 = Ops::add(x0, Ops::loadc(bias + j * Br + iv * W));
                 if (!full) x0 = Ops::mask_range(x0, base, flo0, fhi0);
                 const V p0 = Ops::exp2(Ops::sub(x0, l2));
-                const V ds0 = Ops::mul(p0, Ops::sub(Ops::loadc(dp + j * Br + iv * W), dl));
-                Ops::store_bf16(p16 + j * Br + iv * W, p0);
+                V pd0 = p0, dp0 = Ops::loadc(dp + j * Br + iv * W);
+                if constexpr ((kFeat & kFeatDropout) != 0) dropout_pair(p0, &pd0, &dp0, e_vec, lanes, dkey);
+                const V ds0 = Ops::mul(p0, Ops::sub(dp0, dl));
+                if constexpr ((kFeat & kFeatBias) != 0) Ops::storec(dp + j * Br + iv * W, ds0);  // for dpse
+                Ops::store_bf16(p16 + j * Br + iv * W, pd0);
                 Ops::store_bf16(d16 + j * Br + iv * W, ds0);
                 V ds1 = Ops::zero();
                 if (has1) {
                   V x1 = Ops::mul(Ops::loadc(sc + (j + 1) * Br + iv * W), Ops::set1(c2));
+                  if constexpr ((kFeat & kFeatBias) != 0) x1 = Ops::add(x1, Ops::loadc(bias + (j + 1) * Br + iv * W));
                   if (!full) x1 = Ops::mask_range(x1, base, flo1, fhi1);
                   const V p1 = Ops::exp2(Ops::sub(x1, l2));
-                  ds1 = Ops::mul(p1, Ops::sub(Ops::loadc(dp + (j + 1) * Br + iv * W), dl));
-                  Ops::store_bf16(p16 + (j + 1) * Br + iv * W, p1);
+                  V pd1 = p1, dp1 = Ops::loadc(dp + (j + 1) * Br + iv * W);
+                  if constexpr ((kFeat & kFeatDropout) != 0) dropout_pair(p1, &pd1, &dp1, e_vec + 1, lanes, dkey);
+                  ds1 = Ops::mul(p1, Ops::sub(dp1, dl));
+                  if constexpr ((kFeat & kFeatBias) != 0) Ops::storec(dp + (j + 1) * Br + iv * W, ds1);
+                  Ops::store_bf16(p16 + (j + 1) * Br + iv * W, pd1);
                   Ops::store_bf16(d16 + (j + 1) * Br + iv * W, ds1);
                 }
                 Ops::store_bf16_pair(di16 + j * Br + 2 * iv * W, ds0, ds1);
@@ -487,13 +605,22 @@ struct Backward {
             for (int iv = 0; iv < NVQ; ++iv) {
               const int64_t base = i0 + iv * W;
               V x = Ops::mul(Ops::loadc(sc + j * Br + iv * W), Ops::set1(c2));
+              if constexpr ((kFeat & kFeatBias) != 0) x = Ops::add(x, Ops::loadc(bias + j * Br + iv * W));
               if (!full) x = Ops::mask_range(x, base, flo, fhi);
               const V pv = Ops::exp2(Ops::sub(x, Ops::loadc(lse2 + base)));
-              const V ds = Ops::mul(pv, Ops::sub(Ops::loadc(dp + j * Br + iv * W), Ops::loadc(delta + base)));
-              Ops::storec(sc + j * Br + iv * W, pv);
+              V pd = pv, dpv = Ops::loadc(dp + j * Br + iv * W);
+              if constexpr ((kFeat & kFeatDropout) != 0)
+                dropout_pair(pv, &pd, &dpv, e_head + static_cast<uint64_t>(base * skv + j0 + j), lanes, dkey);
+              const V ds = Ops::mul(pv, Ops::sub(dpv, Ops::loadc(delta + base)));
+              Ops::storec(sc + j * Br + iv * W, pd);
               Ops::storec(dp + j * Br + iv * W, ds);
             }
           }
+          }
+          if (dpse) {  // scale * dS of the rows of this tile, transposed into [i][j]
+            for (int64_t i = 0; i < imin(Br, sq - i0); ++i)
+              for (int64_t j = 0; j < nc; ++j)
+                dpse[(i0 + i) * plan.dpse_cols + j0 + j] = dp[j * Br + i] * sc_out;
           }
           if (!pairs) {
             const T* pa = reinterpret_cast<const T*>(sc);
@@ -552,6 +679,20 @@ struct Backward {
         zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
       }
     }
+  }
+
+  // Dropout of one P^T vector: pd = P Z / keep_prob feeds dV, dP Z / keep_prob feeds dS.
+  static void dropout_pair(V pv, V* pd, V* dpv, uint64_t e0, const DropoutLanes& lanes, const DropoutKey& k) {
+    const V z = dropout_apply<Ops>(Ops::set1(S(1)), e0, lanes, k);
+    *pd = Ops::mul(pv, z);
+    *dpv = Ops::mul(*dpv, z);
+  }
+
+  // swa: lse from softmax_max / softmax_sum; an empty row (max -FLT_MAX or sum not positive) is
+  // +inf, so its P and every gradient it feeds are 0.
+  static double lse_of_stats(double mx, double sm) {
+    if (!(mx > -FLT_MAX) || !(sm > 0.0) || !std::isfinite(sm)) return INFINITY;
+    return mx + std::log(sm);
   }
 
   static S to_s(T x) {
@@ -743,6 +884,39 @@ inline int out_kind_of(opDataType dt) {
   }
 }
 
+// Runs the tasks with the feature set of the params (flash_attn: 0).
+template <class Ops>
+void run_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
+  auto go = [&](auto feat) {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) {
+      Forward<Ops>::template task<decltype(feat)::value>(p, plan, ws, out_kind, t, slot);
+    });
+  };
+  switch (features_of(p)) {
+    case 0: go(IntConst<0>{}); break;
+    case kFeatBias: go(IntConst<kFeatBias>{}); break;
+    case kFeatDropout: go(IntConst<kFeatDropout>{}); break;
+    default: go(IntConst<kFeatBias | kFeatDropout>{}); break;
+  }
+}
+
+template <class Ops>
+void run_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws) {
+  auto go = [&](auto feat) {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) {
+      Backward<Ops>::template task<decltype(feat)::value>(p, plan, out_kind, ws, t, slot);
+    });
+  };
+  switch (features_of(p)) {
+    case 0: go(IntConst<0>{}); break;
+    case kFeatBias: go(IntConst<kFeatBias>{}); break;
+    case kFeatDropout: go(IntConst<kFeatDropout>{}); break;
+    default: go(IntConst<kFeatBias | kFeatDropout>{}); break;
+  }
+  if (p.group > 1) Backward<Ops>::reduce_group(p, plan, out_kind, ws);
+  if (plan.bwd_chunks > 1) Backward<Ops>::reduce_dq(p, plan, out_kind, ws);
+}
+
 template <class OpsF32, class OpsBf16, class OpsF64>
 void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
   FlashAttnFwdParams p = p0;
@@ -761,13 +935,12 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
   p.o_batch_stride = p0.o_batch_stride;
   p.o_row_stride = p0.o_row_stride;
   p.o_head_stride = p0.o_head_stride;
-  if (plan.compute == flash::Compute::kF64) {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF64>::task(p, plan, ws, out_kind, t, slot); });
-  } else if (plan.compute == flash::Compute::kBf16Pairs) {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsBf16>::task(p, plan, ws, out_kind, t, slot); });
-  } else {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Forward<OpsF32>::task(p, plan, ws, out_kind, t, slot); });
-  }
+  if (plan.compute == flash::Compute::kF64)
+    run_forward<OpsF64>(p, plan, ws, out_kind);
+  else if (plan.compute == flash::Compute::kBf16Pairs)
+    run_forward<OpsBf16>(p, plan, ws, out_kind);
+  else
+    run_forward<OpsF32>(p, plan, ws, out_kind);
   // Padding rows (past seqused_q): out 0, lse +inf.
   const int64_t ob = out_elem_bytes(out_kind);
   LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
@@ -777,7 +950,7 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
         char* orow = static_cast<char*>(p.out) +
                      (b * p.o_batch_stride + (p.q_start[b] + i) * p.o_row_stride + n * p.o_head_stride) * ob;
         zero_row(out_kind, orow, p.head_dim_v);
-        if (p.lse)
+        if (p.lse && !p.softmax_sum)
           lse.set(b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i) * p.lse_row_stride, INFINITY);
       }
     }
@@ -801,19 +974,20 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
     p.dout = dout_s;
   }
   // dq/dk/dv keep the caller's layout: the kernels write them with the strides of p0.
-  if (plan.compute == flash::Compute::kF64) {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsF64>::task(p, plan, out_kind, ws, t, slot); });
-    if (p.group > 1) Backward<OpsF64>::reduce_group(p, plan, out_kind, ws);
-    if (plan.bwd_chunks > 1) Backward<OpsF64>::reduce_dq(p, plan, out_kind, ws);
-  } else if (plan.compute == flash::Compute::kBf16Pairs) {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsBf16>::task(p, plan, out_kind, ws, t, slot); });
-    if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
-    if (plan.bwd_chunks > 1) Backward<OpsBf16>::reduce_dq(p, plan, out_kind, ws);
-  } else {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) { Backward<OpsF32>::task(p, plan, out_kind, ws, t, slot); });
-    if (p.group > 1) Backward<OpsF32>::reduce_group(p, plan, out_kind, ws);
-    if (plan.bwd_chunks > 1) Backward<OpsF32>::reduce_dq(p, plan, out_kind, ws);
+  if (p.want_dpse) {  // tiles outside the window never write their dS: zero the buffer first
+    const int64_t rows = p.batch * p.heads_q * plan.dpse_rows;
+    const size_t row_bytes = static_cast<size_t>(plan.dpse_cols) * (plan.compute == flash::Compute::kF64 ? 8 : 4);
+    char* base = static_cast<char*>(ws) + plan.dpse_offset;
+    op_plugin::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
+      std::memset(base + r0 * row_bytes, 0, static_cast<size_t>(r1 - r0) * row_bytes);
+    });
   }
+  if (plan.compute == flash::Compute::kF64)
+    run_backward<OpsF64>(p, plan, out_kind, ws);
+  else if (plan.compute == flash::Compute::kBf16Pairs)
+    run_backward<OpsBf16>(p, plan, out_kind, ws);
+  else
+    run_backward<OpsF32>(p, plan, out_kind, ws);
   // Batches with no query rows produced no task: zero their dq rows (dk/dv rows are covered by
   // the task of any head with keys, or by reduce_group).
   const int64_t ob = out_elem_bytes(out_kind);

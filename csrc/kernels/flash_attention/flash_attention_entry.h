@@ -175,7 +175,8 @@ inline opStatus build_sequences(Layout layout, const Dims& qd, const Dims& kd, c
   return OP_SUCCESS;
 }
 
-// Mask mode / window / attn_mask rules of SPEC §1.6; resolves the window to (left, right).
+// Mask mode / window / attn_mask rules of SPEC §1.6; resolves the window to the engine's
+// (left, right), where -1 (unbounded) becomes kUnbounded.
 inline opStatus resolve_mask(int64_t mask_mode, int64_t win_left, int64_t win_right, const opTensor* attn_mask,
                              int64_t* left, int64_t* right) {
   if (mask_mode != 0 && mask_mode != 3 && mask_mode != 4)
@@ -186,8 +187,8 @@ inline opStatus resolve_mask(int64_t mask_mode, int64_t win_left, int64_t win_ri
     if (attn_mask != nullptr) return fail(OP_ERR_PARAM_INVALID, "attn_mask must not be provided when mask_mode is 0.");
     if (win_left != -1) return fail(OP_ERR_PARAM_INVALID, "win_left must be -1 when mask_mode is 0, but got ", win_left, ".");
     if (win_right != -1) return fail(OP_ERR_PARAM_INVALID, "win_right must be -1 when mask_mode is 0, but got ", win_right, ".");
-    *left = -1;
-    *right = -1;
+    *left = kUnbounded;
+    *right = kUnbounded;
     return OP_SUCCESS;
   }
   if (attn_mask == nullptr)
@@ -199,12 +200,12 @@ inline opStatus resolve_mask(int64_t mask_mode, int64_t win_left, int64_t win_ri
   if (mask_mode == 3) {
     if (win_left != -1) return fail(OP_ERR_PARAM_INVALID, "win_left must be -1 when mask_mode is 3, but got ", win_left, ".");
     if (win_right != -1) return fail(OP_ERR_PARAM_INVALID, "win_right must be -1 when mask_mode is 3, but got ", win_right, ".");
-    *left = -1;
+    *left = kUnbounded;
     *right = 0;
     return OP_SUCCESS;
   }
-  *left = win_left;  // mode 4: -1 = unbounded on that side (Decision 4)
-  *right = win_right;
+  *left = win_left == -1 ? kUnbounded : win_left;  // mode 4: -1 = unbounded on that side (Decision 4)
+  *right = win_right == -1 ? kUnbounded : win_right;
   return OP_SUCCESS;
 }
 

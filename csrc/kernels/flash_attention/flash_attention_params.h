@@ -1,8 +1,8 @@
 // Parameters and plan of the flash attention engine (torch-free, ISA-neutral).
 //
-// One engine serves flash_attn / flash_attn_grad now and swa_forward / swa_backward later:
-// every feature is a field of the params struct, filled once by the op entry point
-// (flash_attn.cpp, flash_attn_grad.cpp), never re-derived inside the kernels.
+// One engine serves flash_attn / flash_attn_grad and swa_forward / swa_backward: every feature
+// is a field of the params struct, filled once by the op entry point (flash_attn.cpp,
+// flash_attn_grad.cpp, swa_forward.cpp, swa_backward.cpp), never re-derived inside the kernels.
 //
 // Index conventions (SPEC §0): b batch, n query head (0..N1), h = n / group kv head, i query
 // row and j key within ONE sequence; Sq, Skv are that sequence's actual lengths.
@@ -21,8 +21,12 @@ namespace flash {
 // Where the key window of query row i is anchored (SPEC §0 and §2.4).
 enum class MaskAlign : int32_t {
   kBottomRight = 0,  // query i lines up with key i + (Skv - Sq): flash_attn, swa sparse_mode 4
-  kTopLeft = 1,      // query i lines up with key i: swa sparse_mode 0 (reserved, not used yet)
+  kTopLeft = 1,      // query i lines up with key i: swa sparse_mode 0
 };
+
+// A window side that is not limited. Large enough that i + o +- kUnbounded never clips a real
+// sequence, small enough that the arithmetic never overflows, so RowWindow needs no branches.
+constexpr int64_t kUnbounded = int64_t(1) << 40;
 
 struct FlashAttnFwdParams {
   // ---- tensors (raw pointers; dtype of q/k/v/out is `dtype`) -------------------------------
@@ -63,24 +67,36 @@ struct FlashAttnFwdParams {
   // ---- softmax and mask ------------------------------------------------------------------
   double scale = 1.0;            // multiplies q.k (the logits); already resolved (grad 0.0 -> 1/sqrt(D))
   // Key window of row i: [i + o - win_left, i + o + win_right] ∩ [0, Skv), inclusive, where
-  // o = Skv - Sq (kBottomRight) or 0 (kTopLeft); -1 = unbounded on that side. Dense is
-  // (-1, -1), causal (mask_mode 3) is (-1, 0). Tiles wholly outside the window are skipped.
-  int64_t win_left = -1;
-  int64_t win_right = -1;
+  // o = Skv - Sq (kBottomRight) or 0 (kTopLeft); kUnbounded = no limit on that side; negative
+  // sides are legal (swa: next = -2 starts the window two keys left of the diagonal). Dense is
+  // (kUnbounded, kUnbounded), causal (mask_mode 3) is (kUnbounded, 0). Tiles wholly outside the
+  // window are skipped.
+  int64_t win_left = kUnbounded;
+  int64_t win_right = kUnbounded;
   MaskAlign align = MaskAlign::kBottomRight;
   const double* sinks = nullptr;  // (N1,) per-head logit joining the denominator, unscaled; nullptr = none
                                  // (double, so float64 inputs keep a float64 sink exactly)
 
-  // ---- reserved for swa_forward / swa_backward (not implemented yet; must stay zero) -------
-  // A full boolean mask (1 = masked), a pse bias added to the scaled logits and dropout fit the
-  // same tile loop: the mask and bias are read per (i, j) tile in the softmax pass, dropout is a
-  // counter-based (seed, offset) generator keyed by (b, n, i, j), so forward and backward agree.
+  // ---- swa_forward / swa_backward extras (zero / null for flash_attn) ----------------------
+  // The full boolean mask (1 = masked) and the pse bias are read per (query block, key tile)
+  // into one additive tile (c2 * pse, or -inf where masked) before the softmax pass. Element
+  // (b, n, i, j) (i, j local to the sequence) is at base + b*batch + n*head + i*row + j; a
+  // broadcast dimension has stride 0.
   const uint8_t* full_mask = nullptr;
   int64_t full_mask_batch_stride = 0, full_mask_head_stride = 0, full_mask_row_stride = 0;
   const void* pse = nullptr;
+  opDataType pse_dtype = OP_DT_FLOAT;
   int64_t pse_batch_stride = 0, pse_head_stride = 0, pse_row_stride = 0;
+  // Dropout (keep_prob < 1): counter-based keep mask of kernels/common/counter_rng.h keyed by
+  // (seed, offset) and the element index elem_start[b] + (n*Sq + i)*Skv + j.
   double keep_prob = 1.0;
   uint64_t dropout_seed = 0, dropout_offset = 0;
+  const int64_t* elem_start = nullptr;
+  // swa statistics instead of the lse: `lse` points to softmax_max and this to softmax_sum
+  // (both with the lse_* strides, the value repeated 8 times along the last axis). The forward
+  // writes max (natural units) and sum; the backward uses lse = max + log(sum), and an empty row
+  // (max = -FLT_MAX, sum = FLT_MAX) gives P = 0.
+  void* softmax_sum = nullptr;
 };
 
 struct FlashAttnBwdParams : FlashAttnFwdParams {
@@ -94,6 +110,9 @@ struct FlashAttnBwdParams : FlashAttnFwdParams {
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
   int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+  // swa_backward with pse: every scale * dS element goes to a [B][N][Sq max][Skv max] buffer of
+  // the workspace (plan.dpse_offset), reduced to pse's broadcast shape by the op afterwards.
+  bool want_dpse = false;
 };
 
 // ---- tiles --------------------------------------------------------------------------------
@@ -114,23 +133,21 @@ constexpr int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
 // ---- key range of a query row ---------------------------------------------------------------
 struct RowWindow {
   int64_t offset;  // o
-  int64_t left;    // win_left (-1 unbounded)
-  int64_t right;   // win_right (-1 unbounded)
+  int64_t left;    // win_left (kUnbounded: no limit; may be negative)
+  int64_t right;   // win_right
   int64_t skv;
   // First and last allowed key of row i (lo > hi: nothing to attend to).
   int64_t lo(int64_t i) const {
-    if (left < 0) return 0;
     const int64_t x = i + offset - left;
     return x < 0 ? 0 : x;
   }
   int64_t hi(int64_t i) const {
-    if (right < 0) return skv - 1;
     const int64_t x = i + offset + right;
     return x > skv - 1 ? skv - 1 : x;
   }
   // Rows that can see key j: [first_row(j), last_row(j)] (unclamped to [0, Sq)).
-  int64_t first_row(int64_t j) const { return right < 0 ? INT64_MIN / 4 : j - offset - right; }
-  int64_t last_row(int64_t j) const { return left < 0 ? INT64_MAX / 4 : j - offset + left; }
+  int64_t first_row(int64_t j) const { return j - offset - right; }
+  int64_t last_row(int64_t j) const { return j - offset + left; }
 };
 
 inline RowWindow row_window(const FlashAttnFwdParams& p, int64_t sq, int64_t skv) {

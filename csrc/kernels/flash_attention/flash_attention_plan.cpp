@@ -125,6 +125,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(Br * Dvp * ss);         // output accumulator
     slot += 3 * up(Br * ss);           // m, l, alpha
     slot += up((Dvp + Br) * 4);        // conversion scratch
+    if (p.full_mask || p.pse) slot += up(Bc * Br * ss);  // additive mask / pse tile
   } else {
     const int64_t S1 = p.max_seqlen_q;
     const int64_t S1p = pad16(S1) + Br;  // columns of the transposed Q / dO panels
@@ -141,6 +142,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(3 * Bc * Br * es);        // P, dS, dS interleaved (operand format)
     slot += up(Bc * (Dp + Dvp) * ss);    // dK, dV accumulators
     slot += up((Dp + Dvp) * 4);          // conversion scratch
+    if (p.full_mask || p.pse) slot += up(Bc * Br * ss);  // additive mask / pse tile
   }
   WorkspaceLayout layout;
   plan->slot_bytes = static_cast<uint64_t>(slot);
@@ -198,6 +200,14 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     }
     plan->partial_rows = rows;
     plan->partial_offset = layout.reserve(static_cast<uint64_t>(rows * p.heads_q * (Dp + Dvp) * ss));
+  }
+  plan->dpse_rows = plan->dpse_cols = 0;
+  if (bwd && static_cast<const FlashAttnBwdParams&>(p).want_dpse) {
+    plan->dpse_rows = p.max_seqlen_q;
+    plan->dpse_cols = p.max_seqlen_kv;
+    const double bytes = static_cast<double>(p.batch) * p.heads_q * plan->dpse_rows * plan->dpse_cols * ss;
+    if (bytes > 1e15) return false;
+    plan->dpse_offset = layout.reserve(static_cast<uint64_t>(bytes));
   }
   plan->workspace_bytes = layout.size();
   return true;

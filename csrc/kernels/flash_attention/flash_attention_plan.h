@@ -59,6 +59,10 @@ struct Plan {
   int64_t partial_rows = 0;      // rows of the partial buffer (all kv rows of all batches)
   int64_t kv_batch_rows = 0;     // kv rows per batch in the kv tensor (0 for TND)
   int64_t q_batch_rows = 0;      // q rows per batch (0 for TND)
+  // swa_backward with pse: scale * dS as [B][N1][dpse_rows][dpse_cols] (max Sq x max Skv), in the
+  // accumulation type; zero where a tile was skipped.
+  uint64_t dpse_offset = 0;
+  int64_t dpse_rows = 0, dpse_cols = 0;
   uint64_t workspace_bytes = 0;
 };
 
