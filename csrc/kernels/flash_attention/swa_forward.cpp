@@ -1,0 +1,115 @@
+// swa_forward (npu_fusion_attention of op-plugin 7.3.0, sparse_mode 0 / 4): stage 1
+// (SwaForwardGetWorkspaceSize) validates and maps the call onto the flash attention engine's
+// params; stage 2 (SwaForward) runs the engine's forward, which writes attention_out and the
+// softmax_max / softmax_sum statistics.
+#include "op_plugin/ops/swa_forward.h"
+
+#include <memory>
+#include <vector>
+
+#include "kernels/flash_attention/swa_entry.h"
+
+namespace op_plugin {
+namespace flash {
+namespace {
+
+class SwaForwardExecutor final : public opExecutor {
+ public:
+  const char* op_name() const override { return "swa_forward"; }
+  uint64_t workspace_size() const override { return plan.workspace_bytes; }
+  opStatus execute(void* workspace) override {
+    kernels().forward(params, plan, workspace);
+    return OP_SUCCESS;
+  }
+
+  FlashAttnFwdParams params;
+  Plan plan;
+  swa::Geometry geo;
+  std::vector<double> sink;
+  PlanStorage storage;
+};
+
+}  // namespace
+}  // namespace flash
+}  // namespace op_plugin
+
+using namespace op_plugin;
+using namespace op_plugin::flash;
+
+opStatus SwaForwardGetWorkspaceSize(const opTensor* query, const opTensor* key, const opTensor* value, int64_t head_num,
+                                    const char* input_layout, const opTensor* pse, const opTensor* padding_mask,
+                                    const opTensor* atten_mask, double scale, double keep_prob, int64_t pre_tockens,
+                                    int64_t next_tockens, int64_t inner_precise, const opIntArray* prefix,
+                                    const opIntArray* actual_seq_qlen, const opIntArray* actual_seq_kvlen,
+                                    int64_t sparse_mode, bool gen_mask_parallel, bool sync, const char* softmax_layout,
+                                    const opTensor* sink, uint64_t rng_seed, uint64_t rng_offset,
+                                    opTensor* attention_out, opTensor* softmax_max, opTensor* softmax_sum,
+                                    opTensor* softmax_out, int64_t* seed, int64_t* offset, int64_t* numels,
+                                    uint64_t* workspace_size, opExecutor** executor) {
+  // inner_precise, gen_mask_parallel, sync: device scheduling hints; prefix: sparse modes 5/6 only.
+  (void)inner_precise;
+  (void)prefix;
+  (void)gen_mask_parallel;
+  (void)sync;
+  OP_CHECK_NOT_NULL(query);
+  OP_CHECK_NOT_NULL(key);
+  OP_CHECK_NOT_NULL(value);
+  OP_CHECK_NOT_NULL(attention_out);
+  OP_CHECK_NOT_NULL(softmax_max);
+  OP_CHECK_NOT_NULL(softmax_sum);
+  OP_CHECK_NOT_NULL(softmax_out);
+  OP_CHECK_NOT_NULL(seed);
+  OP_CHECK_NOT_NULL(offset);
+  OP_CHECK_NOT_NULL(numels);
+  OP_CHECK_NOT_NULL(workspace_size);
+  OP_CHECK_NOT_NULL(executor);
+  *executor = nullptr;
+  *workspace_size = 0;
+
+  auto ex = std::make_unique<SwaForwardExecutor>();
+  swa::Geometry& g = ex->geo;
+  opStatus st;
+  if ((st = swa::make_geometry(query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen, &g)) !=
+      OP_SUCCESS)
+    return st;
+  swa::MaskPlan mask;
+  if ((st = swa::resolve_sparse(g, atten_mask, sparse_mode, pre_tockens, next_tockens, &mask)) != OP_SUCCESS) return st;
+  if ((st = swa::check_common(g, padding_mask, scale, "scale", keep_prob, softmax_layout)) != OP_SUCCESS) return st;
+  if ((st = swa::check_pse(g, pse)) != OP_SUCCESS) return st;
+  if ((st = swa::check_sink(g, sink)) != OP_SUCCESS) return st;
+
+  if ((st = swa::check_out(attention_out, "attention_out", g.dtype, g.dtype, g.out_shape())) != OP_SUCCESS) return st;
+  const opDataType sdt = g.stats_dtype();
+  if ((st = swa::check_out(softmax_max, "softmax_max", sdt, OP_DT_FLOAT, swa::stats_shape(g))) != OP_SUCCESS) return st;
+  if ((st = swa::check_out(softmax_sum, "softmax_sum", softmax_max->dtype, softmax_max->dtype, swa::stats_shape(g))) !=
+      OP_SUCCESS)
+    return st;
+  if ((st = swa::check_out(softmax_out, "softmax_out", g.dtype, g.dtype, {0})) != OP_SUCCESS) return st;
+
+  if (sink != nullptr) sinks_to_doubles(sink, &ex->sink);
+  FlashAttnFwdParams& p = ex->params;
+  swa::fill_params(g, mask, query, key, value, pse, &ex->sink, scale, keep_prob, rng_seed, rng_offset, softmax_max,
+                   softmax_sum, &p);
+  p.out = attention_out->data;
+  set_strides(swa::swa_dims(*attention_out, g.layout, g.heads, g.dim_v), &p.o_batch_stride, &p.o_row_stride,
+              &p.o_head_stride);
+
+  choose_compute(g.dtype, g.dim, g.dim_v, &ex->plan);
+  ex->plan.kv_batch_rows = g.tnd ? 0 : g.k.rows;
+  ex->plan.q_batch_rows = g.tnd ? 0 : g.q.rows;
+  const int64_t numel[5] = {op_plugin::numel(*query), op_plugin::numel(*key), op_plugin::numel(*value), 0, 0};
+  if (!make_plan(p, false, numel, op_plugin::max_threads(), &ex->storage, &ex->plan))
+    return fail(OP_ERR_TILING_ERROR, "swa_forward: no valid plan for these sizes");
+  // The generator's draw is the caller's: returned as given (0, 0 without dropout).
+  *seed = static_cast<int64_t>(keep_prob < 1.0 ? rng_seed : 0);
+  *offset = static_cast<int64_t>(keep_prob < 1.0 ? rng_offset : 0);
+  *numels = g.numels;
+  *workspace_size = ex->plan.workspace_bytes;
+  *executor = ex.release();
+  return OP_SUCCESS;
+}
+
+opStatus SwaForward(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream stream) {
+  (void)stream;
+  return op_plugin::run_executor(workspace, workspace_size, executor);
+}
