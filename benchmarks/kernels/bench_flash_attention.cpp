@@ -1,4 +1,5 @@
-// Micro-benchmark of flash_attn / flash_attn_grad at the target shapes (torch-free).
+// Micro-benchmark of flash_attn / flash_attn_grad, and of swa_forward / swa_backward on the same
+// engine, at the issues' target shapes (torch-free).
 // Pair with bench_flash_attention_sdpa.py (torch SDPA and GEMM peak at the same shapes, same run).
 // Prints: name  median_ms  useful GFLOP/s. FLOPs: fwd 4*B*N*pairs*D, fwd+bwd 3.5x fwd, where
 // pairs counts the (query, key) pairs the mask allows (FA2 convention).
@@ -24,6 +25,8 @@
 #include "kernels/common/scalar_types.h"
 #include "op_plugin/ops/flash_attn.h"
 #include "op_plugin/ops/flash_attn_grad.h"
+#include "op_plugin/ops/swa_backward.h"
+#include "op_plugin/ops/swa_forward.h"
 
 using namespace op_plugin;
 
@@ -127,6 +130,9 @@ struct Shape {
   bool bwd;
   int reps;
   bool tnd = false;  // TND with kTndLengths (B, S ignored)
+  bool swa = false;  // swa_forward / swa_backward, sparse_mode 4 band (pre = wl, next = wr)
+  double keep_prob = 1.0;
+  bool bnsd = false;  // BNSD instead of BSND (benchmarks/bench_flash_attn.py's layout)
 };
 
 // TND benchmark: 8 sequences of mixed lengths summing to 8192.
@@ -135,9 +141,11 @@ static const int64_t kTndLengths[8] = {512, 1024, 1536, 256, 2048, 768, 1280, 76
 static void run(const Shape& s) {
   const bool tnd = s.tnd;
   const int64_t T = 8192;
-  const std::vector<int64_t> shp = tnd ? std::vector<int64_t>{T, s.N, s.D} : std::vector<int64_t>{s.B, s.S, s.N, s.D};
+  const std::vector<int64_t> shp = tnd      ? std::vector<int64_t>{T, s.N, s.D}
+                                   : s.bnsd ? std::vector<int64_t>{s.B, s.N, s.S, s.D}
+                                            : std::vector<int64_t>{s.B, s.S, s.N, s.D};
   const std::vector<int64_t> lshp = tnd ? std::vector<int64_t>{s.N, T} : std::vector<int64_t>{s.B, s.N, s.S};
-  const char* layout = tnd ? "TND" : "BSND";
+  const char* layout = tnd ? "TND" : s.bnsd ? "BNSD" : "BSND";
   T4 q(s.dt, shp), k(s.dt, shp), v(s.dt, shp);
   T4 out(s.dt, shp), dout(s.dt, shp), lse(OP_DT_FLOAT, lshp);
   T4 dq(s.dt, shp), dk(s.dt, shp), dv(s.dt, shp);
@@ -152,7 +160,33 @@ static void run(const Shape& s) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   const opTensor* m = s.mode ? &mask.t : nullptr;
   std::vector<unsigned char> ws;
-  auto fwd = [&] {
+  // swa: softmax_max / softmax_sum [B, N, S, 8], the 2048x2048 template mask of sparse_mode 4
+  T4 smax(OP_DT_FLOAT, {s.B, s.N, s.S, 8}), ssum(OP_DT_FLOAT, {s.B, s.N, s.S, 8}), sout(s.dt, {0});
+  T4 tmpl(OP_DT_BOOL, {2048, 2048}), none(OP_DT_FLOAT, {0});
+  int64_t seed = 0, offset = 0, numels = 0;
+  auto swa_fwd = [&] {
+    uint64_t n = 0;
+    opExecutor* ex = nullptr;
+    opStatus st = SwaForwardGetWorkspaceSize(&q.t, &k.t, &v.t, s.N, layout, nullptr, nullptr, &tmpl.t, scale,
+                                             s.keep_prob, s.wl, s.wr, 0, nullptr, nullptr, nullptr, 4, true, false, "",
+                                             nullptr, 1234, 0, &out.t, &smax.t, &ssum.t, &sout.t, &seed, &offset,
+                                             &numels, &n, &ex);
+    if (st != OP_SUCCESS) { std::printf("swa fwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+    if (ws.size() < n) ws.resize(n);
+    SwaForward(ws.data(), n, ex, nullptr);
+  };
+  auto swa_bwd = [&] {
+    uint64_t n = 0;
+    opExecutor* ex = nullptr;
+    opStatus st = SwaBackwardGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, s.N, layout, nullptr, nullptr, &tmpl.t,
+                                              &smax.t, &ssum.t, nullptr, &out.t, scale, s.keep_prob, s.wl, s.wr, 0,
+                                              seed, offset, numels, nullptr, nullptr, nullptr, 4, true, false, "",
+                                              nullptr, &dq.t, &dk.t, &dv.t, &none.t, &none.t, &n, &ex);
+    if (st != OP_SUCCESS) { std::printf("swa bwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+    if (ws.size() < n) ws.resize(n);
+    SwaBackward(ws.data(), n, ex, nullptr);
+  };
+  auto fa_fwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
     opStatus st = FlashAttnGetWorkspaceSize(&q.t, &k.t, &v.t, nullptr, cuq, cuq, nullptr, nullptr, nullptr, m,
@@ -162,7 +196,7 @@ static void run(const Shape& s) {
     if (ws.size() < n) ws.resize(n);
     FlashAttn(ws.data(), n, ex, nullptr);
   };
-  auto bwd = [&] {
+  auto fa_bwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
     opStatus st = FlashAttnGradGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, &out.t, &lse.t, cuq, cuq, nullptr,
@@ -172,6 +206,8 @@ static void run(const Shape& s) {
     if (ws.size() < n) ws.resize(n);
     FlashAttnGrad(ws.data(), n, ex, nullptr);
   };
+  auto fwd = [&] { s.swa ? swa_fwd() : fa_fwd(); };
+  auto bwd = [&] { s.swa ? swa_bwd() : fa_bwd(); };
   fwd();
   if (s.bwd) bwd();
   std::vector<double> ts, cs;
@@ -190,7 +226,7 @@ static void run(const Shape& s) {
     for (int64_t i = 0; i < S; ++i) {
       int64_t lo = 0, hi = S - 1;
       if (s.mode == 3) hi = i;
-      if (s.mode == 4) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(S - 1, i + s.wr); }
+      if (s.mode == 4 || s.swa) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(S - 1, i + s.wr); }
       pairs += static_cast<double>(hi - lo + 1);
     }
   }
@@ -258,6 +294,22 @@ int main(int argc, char** argv) {
       {"window512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5},
       {"window512 S8192 D64 bfloat16 fwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, false, 5},
       {"window512 S8192 D64 bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, true, 5},
+      // swa_forward / swa_backward, sparse_mode 4 band pre=511 next=0: the window512 work above
+      {"swa band512 S8192 D64 float32 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true},
+      {"swa band512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true},
+      {"swa band512 S8192 D64 float32 kp0.9 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true, 0.9},
+      {"swa band512 S8192 D64 float32 kp0.9 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 0.9},
+      {"swa band512 S8192 D64 bfloat16 fwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true},
+      {"swa band512 S8192 D64 bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true},
+      {"swa band512 S8192 D64 bfloat16 kp0.9 fwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true, 0.9},
+      {"swa band512 S8192 D64 bfloat16 kp0.9 fwd+bwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 0.9},
+      // the same in BNSD (bench_flash_attn.py's layout), flash_attn mask_mode 4 next to swa
+      {"bnsd window512 S8192 D64 float32 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, false, 1.0, true},
+      {"bnsd window512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, false, 1.0, true},
+      {"bnsd swa band512 S8192 D64 float32 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true, 1.0, true},
+      {"bnsd swa band512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 1.0, true},
+      {"bnsd swa band512 S8192 D64 float32 kp0.9 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true, 0.9, true},
+      {"bnsd swa band512 S8192 D64 float32 kp0.9 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 0.9, true},
       {"tnd8 T8192 causal float32 fwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, false, 5, true},
       {"tnd8 T8192 causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, true, 3, true},
       {"tnd8 T8192 causal bfloat16 fwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, false, 5, true},

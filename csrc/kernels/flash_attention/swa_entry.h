@@ -234,7 +234,7 @@ inline opStatus resolve_sparse(const Geometry& g, const opTensor* atten_mask, in
            "atten_mask must be bool or uint8, but got ", dtype_name(atten_mask->dtype));
   OP_CHECK(is_contiguous(*atten_mask), "atten_mask must be contiguous");
   OP_CHECK(numel(*atten_mask) > 0 && atten_mask->data != nullptr, "atten_mask must not be empty");
-  OP_CHECK(pre + next >= 0, "pre_tockens (", pre, ") + next_tockens (", next, ") must be >= 0: sparse_mode ",
+  OP_CHECK(clamp_tokens(pre) + clamp_tokens(next) >= 0, "pre_tockens (", pre, ") + next_tockens (", next, ") must be >= 0: sparse_mode ",
            m->sparse_mode, " would mask every key (next_tockens < 0 needs pre_tockens >= -next_tockens and the"
            " reverse)");
   m->left = clamp_tokens(pre);
