@@ -884,14 +884,10 @@ inline int out_kind_of(opDataType dt) {
   }
 }
 
-// Runs the tasks with the feature set of the params (flash_attn: 0).
-template <class Ops>
-void run_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
-  auto go = [&](auto feat) {
-    run_tasks(plan, ws, [&](const Task& t, char* slot) {
-      Forward<Ops>::template task<decltype(feat)::value>(p, plan, ws, out_kind, t, slot);
-    });
-  };
+// Calls go(IntConst<kFeat>{}) with the feature set of the params as a compile-time constant
+// (flash_attn: 0).
+template <class Go>
+inline void with_features(const FlashAttnFwdParams& p, const Go& go) {
   switch (features_of(p)) {
     case 0: go(IntConst<0>{}); break;
     case kFeatBias: go(IntConst<kFeatBias>{}); break;
@@ -901,18 +897,21 @@ void run_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int ou
 }
 
 template <class Ops>
+void run_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
+  with_features(p, [&](auto feat) {
+    run_tasks(plan, ws, [&](const Task& t, char* slot) {
+      Forward<Ops>::template task<decltype(feat)::value>(p, plan, ws, out_kind, t, slot);
+    });
+  });
+}
+
+template <class Ops>
 void run_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws) {
-  auto go = [&](auto feat) {
+  with_features(p, [&](auto feat) {
     run_tasks(plan, ws, [&](const Task& t, char* slot) {
       Backward<Ops>::template task<decltype(feat)::value>(p, plan, out_kind, ws, t, slot);
     });
-  };
-  switch (features_of(p)) {
-    case 0: go(IntConst<0>{}); break;
-    case kFeatBias: go(IntConst<kFeatBias>{}); break;
-    case kFeatDropout: go(IntConst<kFeatDropout>{}); break;
-    default: go(IntConst<kFeatBias | kFeatDropout>{}); break;
-  }
+  });
   if (p.group > 1) Backward<Ops>::reduce_group(p, plan, out_kind, ws);
   if (plan.bwd_chunks > 1) Backward<Ops>::reduce_dq(p, plan, out_kind, ws);
 }

@@ -131,16 +131,11 @@ opStatus SwaBackwardGetWorkspaceSize(const opTensor* query, const opTensor* key,
 
   auto ex = std::make_unique<SwaBackwardExecutor>();
   swa::Geometry& g = ex->geo;
-  opStatus st;
-  if ((st = swa::make_geometry(query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen, &g)) !=
-      OP_SUCCESS)
-    return st;
   swa::MaskPlan mask;
-  if ((st = swa::resolve_sparse(g, atten_mask, sparse_mode, pre_tockens, next_tockens, &mask)) != OP_SUCCESS) return st;
-  if ((st = swa::check_common(g, padding_mask, scale_value, "scale_value", keep_prob, softmax_layout)) != OP_SUCCESS)
-    return st;
-  if ((st = swa::check_pse(g, pse)) != OP_SUCCESS) return st;
-  if ((st = swa::check_sink(g, sink)) != OP_SUCCESS) return st;
+  opStatus st = swa::check_inputs(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale_value,
+                                  "scale_value", keep_prob, pre_tockens, next_tockens, actual_seq_qlen, actual_seq_kvlen,
+                                  sparse_mode, softmax_layout, sink, &g, &mask);
+  if (st != OP_SUCCESS) return st;
   OP_CHECK(keep_prob == 1.0 || numels == g.numels, "numels (", numels, ") must be the forward's element count ",
            g.numels, " when keep_prob < 1");
 
@@ -148,10 +143,7 @@ opStatus SwaBackwardGetWorkspaceSize(const opTensor* query, const opTensor* key,
   if ((st = swa::check_out(dy, "dy", g.dtype, g.dtype, oshape)) != OP_SUCCESS) return st;
   if ((st = swa::check_out(attention_in, "attention_in", g.dtype, g.dtype, oshape)) != OP_SUCCESS) return st;
   const opDataType sdt = g.stats_dtype();
-  if ((st = swa::check_out(softmax_max, "softmax_max", sdt, OP_DT_FLOAT, swa::stats_shape(g))) != OP_SUCCESS) return st;
-  if ((st = swa::check_out(softmax_sum, "softmax_sum", softmax_max->dtype, softmax_max->dtype, swa::stats_shape(g))) !=
-      OP_SUCCESS)
-    return st;
+  if ((st = swa::check_stats(g, softmax_max, softmax_sum)) != OP_SUCCESS) return st;
   const struct { opTensor* t; const opTensor* like; const char* name; } grads[] = {
       {dq, query, "dq"}, {dk, key, "dk"}, {dv, value, "dv"}};
   for (const auto& gr : grads)
@@ -191,12 +183,9 @@ opStatus SwaBackwardGetWorkspaceSize(const opTensor* query, const opTensor* key,
   ex->dpse = *dpse;
   ex->dsink = *dsink;
 
-  choose_compute(g.dtype, g.dim, g.dim_v, &ex->plan);
-  ex->plan.kv_batch_rows = g.tnd ? 0 : g.k.rows;
-  ex->plan.q_batch_rows = g.tnd ? 0 : g.q.rows;
   const int64_t numel[5] = {op_plugin::numel(*query), op_plugin::numel(*key), op_plugin::numel(*value),
                             op_plugin::numel(*attention_in), op_plugin::numel(*dy)};
-  if (!make_plan(p, true, numel, op_plugin::max_threads(), &ex->storage, &ex->plan))
+  if (!swa::make_swa_plan(g, p, true, numel, &ex->storage, &ex->plan))
     return fail(OP_ERR_TILING_ERROR, "swa_backward: no valid plan for these sizes");
   *workspace_size = ex->plan.workspace_bytes;
   *executor = ex.release();

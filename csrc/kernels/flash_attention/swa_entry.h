@@ -313,10 +313,41 @@ inline opStatus check_common(const Geometry& g, const opTensor* padding_mask, do
   return OP_SUCCESS;
 }
 
+// The input rules both ops share, in one order: layout and shapes, sparse_mode (first of the
+// sparse rules, Decision 8), scalars and ignored arguments, pse, sink.
+inline opStatus check_inputs(const opTensor* query, const opTensor* key, const opTensor* value, int64_t head_num,
+                             const char* input_layout, const opTensor* pse, const opTensor* padding_mask,
+                             const opTensor* atten_mask, double scale, const char* scale_name, double keep_prob,
+                             int64_t pre, int64_t next, const opIntArray* actual_seq_qlen,
+                             const opIntArray* actual_seq_kvlen, int64_t sparse_mode, const char* softmax_layout,
+                             const opTensor* sink, Geometry* g, MaskPlan* m) {
+  opStatus st = make_geometry(query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen, g);
+  if (st != OP_SUCCESS) return st;
+  if ((st = resolve_sparse(*g, atten_mask, sparse_mode, pre, next, m)) != OP_SUCCESS) return st;
+  if ((st = check_common(*g, padding_mask, scale, scale_name, keep_prob, softmax_layout)) != OP_SUCCESS) return st;
+  if ((st = check_pse(*g, pse)) != OP_SUCCESS) return st;
+  return check_sink(*g, sink);
+}
+
+// Compute path and plan for the filled params; numel: elements of q, k, v, attention_in, dy.
+inline bool make_swa_plan(const Geometry& g, const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5],
+                          PlanStorage* storage, Plan* plan) {
+  choose_compute(g.dtype, g.dim, g.dim_v, plan);
+  plan->kv_batch_rows = g.tnd ? 0 : g.k.rows;
+  plan->q_batch_rows = g.tnd ? 0 : g.q.rows;
+  return make_plan(p, bwd, numel, op_plugin::max_threads(), storage, plan);
+}
+
 // softmax_max / softmax_sum: [B, N, Sq, 8] ([T, N, 8] for TND), float32 (float64 inputs: float64).
 inline std::vector<int64_t> stats_shape(const Geometry& g) {
   if (g.tnd) return {g.q.rows, g.heads, 8};
   return {g.batch, g.heads, g.q.rows, 8};
+}
+
+inline opStatus check_stats(const Geometry& g, const opTensor* softmax_max, const opTensor* softmax_sum) {
+  opStatus st = check_out(softmax_max, "softmax_max", g.stats_dtype(), OP_DT_FLOAT, stats_shape(g));
+  if (st != OP_SUCCESS) return st;
+  return check_out(softmax_sum, "softmax_sum", softmax_max->dtype, softmax_max->dtype, stats_shape(g));
 }
 
 // Fills the params fields both ops share. The executor owns g, m and the sink values.

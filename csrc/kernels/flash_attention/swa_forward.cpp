@@ -68,22 +68,14 @@ opStatus SwaForwardGetWorkspaceSize(const opTensor* query, const opTensor* key, 
 
   auto ex = std::make_unique<SwaForwardExecutor>();
   swa::Geometry& g = ex->geo;
-  opStatus st;
-  if ((st = swa::make_geometry(query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen, &g)) !=
-      OP_SUCCESS)
-    return st;
   swa::MaskPlan mask;
-  if ((st = swa::resolve_sparse(g, atten_mask, sparse_mode, pre_tockens, next_tockens, &mask)) != OP_SUCCESS) return st;
-  if ((st = swa::check_common(g, padding_mask, scale, "scale", keep_prob, softmax_layout)) != OP_SUCCESS) return st;
-  if ((st = swa::check_pse(g, pse)) != OP_SUCCESS) return st;
-  if ((st = swa::check_sink(g, sink)) != OP_SUCCESS) return st;
+  opStatus st = swa::check_inputs(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
+                                  "scale", keep_prob, pre_tockens, next_tockens, actual_seq_qlen, actual_seq_kvlen,
+                                  sparse_mode, softmax_layout, sink, &g, &mask);
+  if (st != OP_SUCCESS) return st;
 
   if ((st = swa::check_out(attention_out, "attention_out", g.dtype, g.dtype, g.out_shape())) != OP_SUCCESS) return st;
-  const opDataType sdt = g.stats_dtype();
-  if ((st = swa::check_out(softmax_max, "softmax_max", sdt, OP_DT_FLOAT, swa::stats_shape(g))) != OP_SUCCESS) return st;
-  if ((st = swa::check_out(softmax_sum, "softmax_sum", softmax_max->dtype, softmax_max->dtype, swa::stats_shape(g))) !=
-      OP_SUCCESS)
-    return st;
+  if ((st = swa::check_stats(g, softmax_max, softmax_sum)) != OP_SUCCESS) return st;
   if ((st = swa::check_out(softmax_out, "softmax_out", g.dtype, g.dtype, {0})) != OP_SUCCESS) return st;
 
   if (sink != nullptr) sinks_to_doubles(sink, &ex->sink);
@@ -94,11 +86,8 @@ opStatus SwaForwardGetWorkspaceSize(const opTensor* query, const opTensor* key, 
   set_strides(swa::swa_dims(*attention_out, g.layout, g.heads, g.dim_v), &p.o_batch_stride, &p.o_row_stride,
               &p.o_head_stride);
 
-  choose_compute(g.dtype, g.dim, g.dim_v, &ex->plan);
-  ex->plan.kv_batch_rows = g.tnd ? 0 : g.k.rows;
-  ex->plan.q_batch_rows = g.tnd ? 0 : g.q.rows;
   const int64_t numel[5] = {op_plugin::numel(*query), op_plugin::numel(*key), op_plugin::numel(*value), 0, 0};
-  if (!make_plan(p, false, numel, op_plugin::max_threads(), &ex->storage, &ex->plan))
+  if (!swa::make_swa_plan(g, p, false, numel, &ex->storage, &ex->plan))
     return fail(OP_ERR_TILING_ERROR, "swa_forward: no valid plan for these sizes");
   // The generator's draw is the caller's: returned as given (0, 0 without dropout).
   *seed = static_cast<int64_t>(keep_prob < 1.0 ? rng_seed : 0);
