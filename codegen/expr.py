@@ -12,7 +12,9 @@ binding and by ``api/python.py`` into the fake function, so the two cannot drift
 
 Names are the op's arguments, ``let`` names, and the dtype names below. Methods: ``dim()``,
 ``size(i)``, ``numel()`` and the attributes ``dtype``, ``shape`` of tensors. Functions:
-``len``, ``min``, ``max``, ``isfinite``, ``upper``, ``stats_dtype``. ``//`` and ``%`` are meant
+``len``, ``min``, ``max``, ``isfinite``, ``upper``, ``stats_dtype``, ``varlen_numels(q, kv)`` (the
+sum over sequences of Sq*Skv for cumulative lengths without a leading 0) and ``data_dependent()``
+(an int output known only when the kernel runs; int output values only). ``//`` and ``%`` are meant
 for non-negative operands (C++ truncates, Python floors).
 """
 from __future__ import annotations
@@ -41,7 +43,7 @@ DTYPES = {  # registry name -> (C++ at::ScalarType, Python torch dtype)
     "bool_": ("at::kBool", "torch.bool"),
 }
 
-FUNCTIONS = {"len", "min", "max", "isfinite", "upper", "stats_dtype"}
+FUNCTIONS = {"len", "min", "max", "isfinite", "upper", "stats_dtype", "varlen_numels", "data_dependent"}
 
 
 class ExprError(Exception):
@@ -215,6 +217,10 @@ class _Checker:
             return STR
         if name == "stats_dtype" and len(arg_kinds) == 1 and base(arg_kinds[0]) == TENSOR:
             return DTYPE
+        if name == "varlen_numels" and len(arg_kinds) == 2 and all(base(k) == INT_LIST for k in arg_kinds):
+            return INT
+        if name == "data_dependent" and not arg_kinds:
+            return INT
         raise self.fail(f"wrong arguments for {name}(): {', '.join(arg_kinds)}")
 
     def compare(self, node: ast.Compare) -> str:

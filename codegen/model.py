@@ -56,6 +56,16 @@ class OutputRule:
 
 
 @dataclass(frozen=True)
+class IntOutputRule:
+    """An ``int`` return: the kernel writes it; ``value`` is what the fake function returns
+    (``data_dependent()`` when only the kernel can know it)."""
+
+    name: str
+    value: Expr  # kind int
+    loc: Location
+
+
+@dataclass(frozen=True)
 class BackwardInput:
     """Where one backward argument comes from: a forward ``input``, ``output``, or ``grad`` of an output."""
 
@@ -101,13 +111,17 @@ class OpEntry:
     func: FunctionSchema  # as documented (the user-facing call)
     kernel: str  # the kernel's two stage functions: <kernel>GetWorkspaceSize and <kernel>
     rules: tuple[Rule, ...]  # dtype rules first, then the registry's checks, in order
-    outputs: tuple[OutputRule, ...]
+    outputs: tuple[OutputRule, ...]  # the Tensor returns
     python_returns: tuple[str, ...]  # outputs the Python wrapper returns (all by default)
     autograd: Optional[AutogradPair]
     tags: tuple[str, ...]
     doc: str
     loc: Location
     entry_hash: str  # sha256 of this entry's YAML text: per-op files change only with it
+    int_outputs: tuple[IntOutputRule, ...] = ()  # the int returns, after the Tensor ones
+    # random: the binding draws (rng_seed, rng_offset) from torch's default CPU generator when this
+    # holds (else passes 0, 0), so torch.manual_seed reproduces a call and the kernel stays pure.
+    random_when: Optional[Expr] = None
 
     @property
     def name(self) -> str:

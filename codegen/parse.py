@@ -13,13 +13,14 @@ import yaml
 from torchgen.model import BaseTy, BaseType, FunctionSchema
 
 from codegen import expr as E
-from codegen.model import (AutogradPair, BackwardInput, Check, Formula, Let, Location, OpEntry, OutputRule,
+from codegen.model import (AutogradPair, BackwardInput, Check, Formula, IntOutputRule, Let, Location, OpEntry,
+                           OutputRule,
                            Registry, Rule)
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
-ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "tags", "doc"}
+ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc"}
 CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let"}
-OUTPUT_KEYS = {"shape", "dtype", "like"}
+OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
 AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable", "forward_overrides"}
 PYTHON_KEYS = {"returns"}
 KNOWN_TAGS = {"pt2_compliant_tag", "nondeterministic_seeded", "needs_fixed_stride_order"}
@@ -180,14 +181,20 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors)
             env[a.name] = E.kind_of_type(a.type)
         except E.ExprError as ex:
             errors.add(func_line, name, f"argument {a.name!r}: {ex}")
-    for r in func.returns:
-        if not (isinstance(r.type, BaseType) and r.type.name == BaseTy.Tensor):
-            errors.add(func_line, name, f"return type {r.type} is not supported yet (Tensor only)")
+    kinds = [r.type.name if isinstance(r.type, BaseType) else None for r in func.returns]
+    if any(k not in (BaseTy.Tensor, BaseTy.int) for k in kinds):
+        errors.add(func_line, name, "returns must be Tensor or int, but got " + ", ".join(str(r.type) for r in func.returns))
+    elif kinds[0] != BaseTy.Tensor or kinds != sorted(kinds, key=lambda k: k == BaseTy.int):
+        errors.add(func_line, name, "int returns must follow the Tensor returns (at least one Tensor)")
 
     rules: list[Rule] = []
     rules += _parse_dtypes(e, name, env, path, errors)
     rules += _parse_checks(e, name, env, path, errors)
-    outputs = _parse_outputs(e, func, name, env, path, errors)
+    outputs, int_outputs = _parse_outputs(e, func, name, env, path, errors)
+    random_when = _parse_random(e, name, env, errors)
+    for rule in rules:
+        if isinstance(rule, Check) and "data_dependent(" in str(rule.expr):
+            errors.add(rule.loc.line, name, "data_dependent() is only for the value of an int output")
     python_returns = _parse_python(e, func, name, errors)
     autograd = _parse_autograd(e, func, name, path, errors)
     tags = e.get("tags", [])
@@ -201,7 +208,25 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors)
     return OpEntry(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs),
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
-                   entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16])
+                   entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16],
+                   int_outputs=tuple(int_outputs), random_when=random_when)
+
+
+def _parse_random(e: dict[str, Any], op: str, env: dict[str, str], errors: _Errors) -> Optional[E.Expr]:
+    """``random: {when: COND}``: the kernel takes a (seed, offset) drawn by the binding when COND holds."""
+    if "random" not in e:
+        return None
+    spec, line = e["random"], _line(e, "random")
+    if not isinstance(spec, dict) or set(_keys(spec)) != {"when"}:
+        errors.add(line, op, "'random:' takes only 'when: <condition under which the kernel draws random numbers>'")
+        return None
+    with errors.collect(_line(spec, "when", line), op):
+        with _at(_line(spec, "when", line), "random.when: "):
+            when = E.parse_expr(_expr_text(spec["when"]), env)
+        if when.kind != E.BOOL:
+            raise _Invalid(f"random.when must be a condition, but it is {when.kind}", _line(spec, "when", line))
+        return when
+    return None
 
 
 def _unsupported_schema(func: FunctionSchema) -> str:
@@ -369,14 +394,16 @@ def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location) -
 
 
 def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[str, str], path: str,
-                   errors: _Errors) -> list[OutputRule]:
+                   errors: _Errors) -> tuple[list[OutputRule], list[IntOutputRule]]:
     spec = e.get("outputs", {})
     line = _line(e, "outputs")
     if not isinstance(spec, dict):
         errors.add(line, op, "'outputs:' must map each returned tensor to its shape and dtype")
-        return []
+        return [], []
     names = [r.name or f"result{i}" for i, r in enumerate(func.returns)]
+    int_names = {n for n, r in zip(names, func.returns) if isinstance(r.type, BaseType) and r.type.name == BaseTy.int}
     rules: list[OutputRule] = []
+    int_rules: list[IntOutputRule] = []
     for out in _keys(spec):
         if out not in names:
             errors.add(_line(spec, out), op, f"outputs: {out!r} is not a return of the schema ({', '.join(names)})")
@@ -393,6 +420,16 @@ def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[s
             if unknown:
                 raise _Invalid(f"outputs: {out}: unknown key {unknown[0]!r}; known: {', '.join(sorted(OUTPUT_KEYS))}",
                                _line(rule, unknown[0]))
+            if out in int_names or "value" in rule:
+                if out not in int_names or set(_keys(rule)) != {"value"}:
+                    raise _Invalid(f"outputs: {out}: an int return takes only 'value:' (what the fake returns) "
+                                   "and only int returns take it")
+                with _at(_line(rule, "value"), f"outputs: {out}: "):
+                    value = E.parse_expr(_expr_text(rule["value"]), env)
+                if value.kind != E.INT:
+                    raise _Invalid(f"outputs: {out}: value must be an int, but it is {value.kind}", _line(rule, "value"))
+                int_rules.append(IntOutputRule(out, value, Location(path, out_line)))
+                continue
             if "like" in rule:
                 like = str(rule["like"])
                 if E.base(env.get(like, "")) != E.TENSOR:
@@ -418,7 +455,7 @@ def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[s
                 raise _Invalid(f"outputs: {out}: dtype {dtype_text!r} must be a dtype, a tensor argument or "
                                f"stats_dtype(x), but it is {dtype.kind}", _line(rule, "dtype"))
             rules.append(OutputRule(out, shape, dtype, Location(path, out_line)))
-    return rules
+    return rules, int_rules
 
 
 def _parse_python(e: dict[str, Any], func: FunctionSchema, op: str, errors: _Errors) -> tuple[str, ...]:
@@ -549,6 +586,7 @@ def _check_across_entries(ops: list[OpEntry], errors: _Errors,
             continue
         fwd_kinds = {a.name: _kind(a.type) for a in op.func.arguments.flat_all}
         fwd_outputs = [r.name or f"result{j}" for j, r in enumerate(op.func.returns)]
+        output_kinds = {n: _kind(r.type) for n, r in zip(fwd_outputs, op.func.returns)}
         bwd_args = [a for a in bwd.func.arguments.flat_all]
         bwd_outputs = [r.name or f"result{j}" for j, r in enumerate(bwd.func.returns)]
         explicit = dict(pair.inputs)
@@ -583,7 +621,9 @@ def _check_across_entries(ops: list[OpEntry], errors: _Errors,
                 errors.add(line, op.name,
                            f"autograd.inputs: {src.name!r} is neither an input nor an output of {op.name}")
                 continue
-            want, got = _kind(a.type), (fwd_kinds[src.name] if src.source == "input" else E.TENSOR)
+            got = fwd_kinds[src.name] if src.source == "input" else (
+                output_kinds[src.name] if src.source == "output" else E.TENSOR)
+            want = _kind(a.type)
             if want and got and E.base(want) != E.base(got):
                 what = f"grad({src.name})" if src.source == "grad" else f"{src.source} {src.name!r}"
                 errors.add(line, op.name, f"autograd: {bwd.name} argument {a.name!r} is a {want}, "

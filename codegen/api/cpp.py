@@ -1,6 +1,8 @@
 """Translations into C++: expressions, binding signatures, and the kernel's C prototypes."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import ast
 import json
 from dataclasses import dataclass
@@ -68,7 +70,9 @@ class ExprRenderer:
                 return f"std::{name}<int64_t>({args})"
             if name == "isfinite":
                 return f"std::isfinite(static_cast<double>({args}))"
-            return f"op_plugin::{name}({args})"  # upper, stats_dtype: csrc/bindings/torch_glue.h
+            if name == "data_dependent":
+                raise E.ExprError("data_dependent() is only for int output values (the kernel computes them)")
+            return f"op_plugin::{name}({args})"  # upper, stats_dtype, varlen_numels: csrc/bindings/torch_glue.h
         if isinstance(node, ast.BoolOp):
             op = " && " if isinstance(node.op, ast.And) else " || "
             return "(" + op.join(self.render(v) for v in node.values) + ")"
@@ -144,12 +148,18 @@ class KernelParam:
     is_output: bool
 
 
-def kernel_params(func: FunctionSchema, output_names: list[str]) -> list[KernelParam]:
+def kernel_params(func: FunctionSchema, output_names: Sequence[str], int_output_names: Sequence[str] = (),
+                  random: bool = False) -> list[KernelParam]:
+    """Inputs in schema order; with ``random:``, the seed and offset the binding drew; then the
+    output tensors and the int outputs the kernel writes."""
     params = []
     for a in func.arguments.flat_all:
         kind = E.kind_of_type(a.type)
         params.append(KernelParam(a.name, _KERNEL_TYPES[kind], kind, False))
+    if random:
+        params += [KernelParam(n, "uint64_t", "rng", False) for n in ("rng_seed", "rng_offset")]
     params += [KernelParam(n, "opTensor*", E.TENSOR, True) for n in output_names]
+    params += [KernelParam(n, "int64_t*", E.INT, True) for n in int_output_names]
     return params
 
 

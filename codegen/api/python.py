@@ -8,7 +8,10 @@ from torchgen.model import Argument, FunctionSchema
 from codegen import expr as E
 from codegen.expr import Expr, Message
 
-_PY_FUNCS = {"isfinite": "math.isfinite", "stats_dtype": "_stats_dtype", "upper": "_upper"}
+_PY_FUNCS = {"isfinite": "math.isfinite", "stats_dtype": "_stats_dtype", "upper": "_upper",
+             "varlen_numels": "_varlen_numels",
+             # an unbacked SymInt: FakeTensor mode cannot know what the kernel will return
+             "data_dependent": "torch.library.get_ctx().new_dynamic_size"}
 
 
 class _ToPython(ast.NodeTransformer):
@@ -22,6 +25,19 @@ class _ToPython(ast.NodeTransformer):
         if isinstance(node.func, ast.Name) and node.func.id in _PY_FUNCS:
             node.func = ast.parse(_PY_FUNCS[node.func.id], mode="eval").body
         return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        # A shape may be a torch.Size (a tuple) or a list literal, and a tuple never equals a
+        # list in Python (C++ compares the sizes): compare shapes as lists.
+        self.generic_visit(node)
+        if isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            node.left, node.comparators = self._as_list(node.left), [self._as_list(c) for c in node.comparators]
+        return node
+
+    def _as_list(self, node: ast.expr) -> ast.expr:
+        is_shape = (isinstance(node, ast.Attribute) and node.attr == "shape") or (
+            isinstance(node, ast.Name) and self.env.get(node.id) == E.SHAPE)
+        return ast.Call(ast.Name("list", ast.Load()), [node], []) if is_shape else node
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env

@@ -46,12 +46,12 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
     grads, formulas = dict(pair.grads), dict(pair.formulas)
     returns = []
     for i, name in enumerate(args):
-        if name in grads:
-            returns.append(f"grads[{bwd_outputs.index(grads[name])}]")
+        if name in grads:  # None for an input that was None or needs no gradient (e.g. an optional pse)
+            returns.append(f"(grads[{bwd_outputs.index(grads[name])}] if needs[{i}] else None)")
         elif name in formulas:
             f = formulas[name]
             returns.append(f"(_formulas.{f.function}({', '.join(value_of(a) for a in f.args)}) "
-                           f"if ctx.needs_input_grad[{i}] else None)")
+                           f"if needs[{i}] else None)")
         else:
             returns.append("None")
     kw_only = {a.name for a in op.registered_func.arguments.flat_kwarg_only}
@@ -78,6 +78,7 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
         "overridden": overridden,  # the caller asked for something other than the overrides
         "overridden_outputs": _outputs_depending_on(op, {name for name, _ in pair.forward_overrides}),
         "n_outputs": len(op.func.returns),
+        "n_inputs": len(args),
         "uses_formulas": bool(formulas),
     }
 

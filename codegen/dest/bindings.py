@@ -40,7 +40,7 @@ def _rules(op: OpEntry) -> list[dict[str, Any]]:
 
 def _kernel_arg(p: cpp.KernelParam) -> str:
     if p.is_output:
-        return f"&{p.name}_desc"
+        return f"&call.{p.name}" if p.kind == E.INT else f"&{p.name}_desc"
     if p.kind == E.TENSOR:
         return f"&{p.name}_desc"
     if p.kind == E.TENSOR + E.OPTIONAL:
@@ -89,9 +89,11 @@ def _pybind_forward(b: cpp.BindingArg) -> str:
 def _binding_context(op: OpEntry) -> dict[str, Any]:
     func = op.registered_func
     args = cpp.binding_args(func)
-    params = cpp.kernel_params(func, [o.name for o in op.outputs])
+    params = cpp.kernel_params(func, [o.name for o in op.outputs], [o.name for o in op.int_outputs],
+                               random=op.random_when is not None)
     render = cpp.ExprRenderer(env_of(op))
     outputs = [{"name": o.name, "shape": render(o.shape), "dtype": render(o.dtype)} for o in op.outputs]
+    rng = ", uint64_t rng_seed, uint64_t rng_offset" if op.random_when is not None else ""
     by_name = {a.name: a for a in func.arguments.flat_all}
     has_tensor_input = any(E.kind_of_type(a.type) == E.TENSOR for a in func.arguments.flat_all)
     return {
@@ -101,6 +103,10 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
         "dispatch_key": "CPU" if has_tensor_input else "CompositeExplicitAutograd",
         "rules": _rules(op),
         "outputs": outputs,
+        "int_outputs": [o.name for o in op.int_outputs],
+        "random_when": render(op.random_when) if op.random_when is not None else "",
+        "rng_params": rng,
+        "rng_names": ", rng_seed, rng_offset" if rng else "",
         "params": params,
         "kernel_args": ", ".join(_kernel_arg(p) for p in params),
         "binding_params": ", ".join(f"{b.cpp_type} {b.name}" for b in args),

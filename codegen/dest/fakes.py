@@ -32,6 +32,7 @@ def _op_context(op: OpEntry) -> dict[str, Any]:
         "rules": rules,
         "like": like,
         "outputs": [{"shape": py.render(o.shape, env), "dtype": py.render(o.dtype, env)} for o in op.outputs],
+        "int_outputs": [py.render(o.value, env) for o in op.int_outputs],
     }
 
 

@@ -25,7 +25,9 @@ def _docstring(op: OpEntry) -> str:
 def _op_context(op: OpEntry) -> dict[str, Any]:
     names = [r.name or f"result{i}" for i, r in enumerate(op.func.returns)]
     returned = list(op.python_returns)
-    annotation = "Tensor" if len(returned) == 1 else f"tuple[{', '.join(['Tensor'] * len(returned))}]"
+    ints = {o.name for o in op.int_outputs}
+    types = ["int" if name in ints else "Tensor" for name in returned]
+    annotation = types[0] if len(returned) == 1 else f"tuple[{', '.join(types)}]"
     return {
         "name": op.name,
         "params": py.wrapper_params(op.func),

@@ -1,11 +1,15 @@
 #include "bindings/torch_glue.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <mutex>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Generator.h>
 #include <c10/util/Exception.h>
 
 #ifndef OP_PLUGIN_BUILD_FLAGS
@@ -51,6 +55,24 @@ std::string upper(c10::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
+}
+
+int64_t varlen_numels(at::IntArrayRef q_cumulative, at::IntArrayRef kv_cumulative) {
+  int64_t total = 0, q_prev = 0, kv_prev = 0;
+  for (size_t b = 0; b < std::min(q_cumulative.size(), kv_cumulative.size()); ++b) {
+    total += (q_cumulative[b] - q_prev) * (kv_cumulative[b] - kv_prev);
+    q_prev = q_cumulative[b];
+    kv_prev = kv_cumulative[b];
+  }
+  return total;
+}
+
+void draw_seed_and_offset(uint64_t* seed, uint64_t* offset) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  auto* cpu = at::check_generator<at::CPUGeneratorImpl>(gen);
+  *seed = cpu->random64() >> 1;
+  *offset = cpu->random64() >> 1;
 }
 
 std::string fmt(double v) {

@@ -79,6 +79,12 @@ inline at::ScalarType stats_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 std::string upper(c10::string_view s);
+// The registry's varlen_numels(q, kv): sum over sequences of Sq*Skv, for cumulative lengths
+// without a leading 0 (op_plugin/_runtime.py::_varlen_numels).
+int64_t varlen_numels(at::IntArrayRef q_cumulative, at::IntArrayRef kv_cumulative);
+// The (seed, offset) of an op with 'random:', from torch's default CPU generator (so
+// torch.manual_seed reproduces the call); both non-negative as Python ints.
+void draw_seed_and_offset(uint64_t* seed, uint64_t* offset);
 
 // Values in messages, printed as Python prints them (op_plugin/_runtime.py::_fmt).
 inline int64_t fmt(int64_t v) { return v; }

@@ -1,6 +1,8 @@
 """What the generated Python (fakes, wrappers) shares with the C++ bindings' rules."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 _DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
@@ -31,3 +33,12 @@ def strict_mode() -> bool:
     from op_plugin import _C
 
     return bool(_C.strict_mode())
+
+
+def _varlen_numels(q_cumulative: Sequence[int], kv_cumulative: Sequence[int]) -> int:
+    """sum over sequences of Sq*Skv for cumulative lengths without a leading 0 (op_plugin::varlen_numels)."""
+    total, q_prev, kv_prev = 0, 0, 0
+    for q, kv in zip(q_cumulative, kv_cumulative):
+        total += (q - q_prev) * (kv - kv_prev)
+        q_prev, kv_prev = q, kv
+    return total

@@ -38,7 +38,7 @@ CASES = [
   outputs: {result0: {like: x}}
   restrict: {x: 1}
 """, [
-        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, tags",
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, random, tags",
     ], id="unknown_entry_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -57,7 +57,7 @@ CASES = [
   outputs:
     result0: {like: x, layout: strided}
 """, [
-        "reg.yaml:4: f: outputs: result0: unknown key 'layout'; known: dtype, like, shape",
+        "reg.yaml:4: f: outputs: result0: unknown key 'layout'; known: dtype, like, shape, value",
     ], id="unknown_output_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -201,10 +201,35 @@ func: f(Tensor x) -> Tensor
 - func: f(Tensor x) -> (Tensor, int)
   kernel: F
   outputs: {result0: {like: x}}
+- func: g(Tensor x, float p) -> (int n, Tensor y)
+  kernel: G
+  outputs: {n: {value: x.numel()}, y: {like: x}}
+- func: g2(Tensor x) -> (Tensor y, float z)
+  kernel: G2
+  outputs: {y: {like: x}}
+- func: h(Tensor x, float p) -> (Tensor y, int n, int m)
+  kernel: H
+  random: {when: p}
+  outputs: {y: {value: "1"}, n: {like: x}, m: {value: p}}
+- func: k(Tensor x) -> (Tensor y, int n)
+  kernel: K
+  random: [p]
+  checks:
+    - {expr: x.dim() == data_dependent(), error: "no"}
+  outputs: {y: {like: x}, n: {value: data_dependent()}}
 """, [
-        'reg.yaml:1: f: return type int is not supported yet (Tensor only)',
         "reg.yaml:3: f: outputs: no shape rule for return 'result1'",
-    ], id="unsupported_return_type"),
+        "reg.yaml:4: g: int returns must follow the Tensor returns (at least one Tensor)",
+        "reg.yaml:7: g2: returns must be Tensor or int, but got Tensor, float",
+        "reg.yaml:9: g2: outputs: no shape rule for return 'z'",
+        "reg.yaml:12: h: random.when must be a condition, but it is float",
+        "reg.yaml:13: h: outputs: y: an int return takes only 'value:' (what the fake returns) and only int returns take it",
+        "reg.yaml:13: h: outputs: n: an int return takes only 'value:' (what the fake returns) and only int returns take it",
+        "reg.yaml:13: h: outputs: m: value must be an int, but it is float",
+        "reg.yaml:16: k: 'random:' takes only 'when: <condition under which the kernel draws random numbers>'",
+        "reg.yaml:18: k: data_dependent() is only for the value of an int output",
+    ], id="int_returns_and_random"),
+
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
   kernel: F
@@ -223,7 +248,7 @@ func: f(Tensor x) -> Tensor
       error: "x must be 2D"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper']",
+        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['data_dependent', 'isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper', 'varlen_numels']",
     ], id="unknown_function"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -564,7 +589,7 @@ func: f(Tensor x) -> Tensor
   kernel: D2
 """, [
         "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
-        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, tags",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, random, tags",
         "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
         "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
         "reg.yaml:14: d: duplicate key 'kernel'",

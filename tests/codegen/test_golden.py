@@ -82,7 +82,7 @@ def test_golden_covers_the_features_it_claims(tmp_path: Path) -> None:
     autograd = (tmp_path / "a/python/autograd.py").read_text()
     assert "softmax_lse=lse," in autograd and "grad_out=grad_out," in autograd
     assert "ctx.mark_non_differentiable(lse)" in autograd
-    assert "return (grads[0], grads[1], None, None)" in autograd
+    assert "return ((grads[0] if needs[0] else None), (grads[1] if needs[1] else None), None, None)" in autograd
     assert "deterministic" not in autograd  # the backward's own default applies
     fakes = (tmp_path / "o/python/fakes.py").read_text()
     for piece in ("if strict_mode():", "if sizes is not None:", "if flag:", "_upper(layout) in ('BSND', 'BNSD', 'TND')",
@@ -114,7 +114,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     registry = str(FIXTURES / "autograd.yaml")
     _generate("autograd", out)
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
-    assert capsys.readouterr().out == "codegen: 12 files up to date\n"
+    assert capsys.readouterr().out == "codegen: 16 files up to date\n"
 
     edited = out / "bindings/toy_attn.cpp"
     hand_edit = edited.read_text() + "// a hand edit the templates know nothing about\n"
@@ -127,7 +127,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     assert edited.read_text() == hand_edit and not (out / "python/ops.pyi").exists()  # --check wrote nothing
 
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("codegen: 2 written, 10 unchanged")
+    assert capsys.readouterr().out.startswith("codegen: 2 written, 14 unchanged")
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
 
 
@@ -251,7 +251,7 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
     library_utils = types.ModuleType("torch._library.utils")
     library_utils.fill_defaults = lambda schema, args, kwargs: (args, kwargs)  # type: ignore[attr-defined]
     runtime = types.ModuleType("op_plugin._runtime")
-    for attr in ("_fmt", "_stats_dtype", "_upper", "strict_mode"):
+    for attr in ("_fmt", "_stats_dtype", "_upper", "_varlen_numels", "strict_mode"):
         setattr(runtime, attr, lambda *a: None)
     op_plugin = types.ModuleType("op_plugin")
     op_plugin.autograd_formulas = types.ModuleType("op_plugin.autograd_formulas")  # type: ignore[attr-defined]
@@ -274,9 +274,9 @@ def test_generated_python_modules_execute(fixture: str, tmp_path: Path, monkeypa
     for name in ("ops.py", "autograd.py", "fakes.py"):
         _run_module(tmp_path / "python" / name, recorded, monkeypatch)
     expected = {"minimal": ["identity_copy"], "options": ["masked_mix"],
-                "autograd": ["toy_attn", "toy_attn_grad", "toy_lse_attn"]}
+                "autograd": ["toy_attn", "toy_attn_grad", "toy_lse_attn", "toy_dropout", "toy_dropout_grad"]}
     assert [op for kind, op in recorded if kind == "fake"] == [f"op_plugin::{op}" for op in expected[fixture]]
-    autograd = ["op_plugin::toy_attn", "op_plugin::toy_lse_attn"] if fixture == "autograd" else []
+    autograd = ["op_plugin::toy_attn", "op_plugin::toy_lse_attn", "op_plugin::toy_dropout"] if fixture == "autograd" else []
     assert [op for kind, op in recorded if kind == "autograd"] == autograd
 
 

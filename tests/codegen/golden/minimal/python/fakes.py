@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from op_plugin._runtime import _fmt, _stats_dtype, _upper, strict_mode
+from op_plugin._runtime import _fmt, _stats_dtype, _upper, _varlen_numels, strict_mode
 
 
 # minimal.yaml:2
