@@ -130,7 +130,8 @@ struct Shape {
   bool bwd;
   int reps;
   bool tnd = false;  // TND with kTndLengths (B, S ignored)
-  bool swa = false;  // swa_forward / swa_backward, sparse_mode 4 band (pre = wl, next = wr)
+  bool swa = false;  // swa_forward / swa_backward: mode 4 = sparse_mode 4 band (pre = wl, next = wr);
+                     // mode 0 = sparse_mode 0 with a full [1, 1, S, S] mask (triu(1)) and pre/next
   double keep_prob = 1.0;
   bool bnsd = false;  // BNSD instead of BSND (benchmarks/bench_flash_attn.py's layout)
 };
@@ -163,12 +164,18 @@ static void run(const Shape& s) {
   // swa: softmax_max / softmax_sum [B, N, S, 8], the 2048x2048 template mask of sparse_mode 4
   T4 smax(OP_DT_FLOAT, {s.B, s.N, s.S, 8}), ssum(OP_DT_FLOAT, {s.B, s.N, s.S, 8}), sout(s.dt, {0});
   T4 tmpl(OP_DT_BOOL, {2048, 2048}), none(OP_DT_FLOAT, {0});
+  T4 full(OP_DT_BOOL, {1, 1, s.swa && s.mode == 0 ? s.S : 1, s.swa && s.mode == 0 ? s.S : 1});
+  for (int64_t i = 0; i < full.t.shape[2]; ++i)
+    for (int64_t j = 0; j < full.t.shape[3]; ++j) static_cast<uint8_t*>(full.t.data)[i * full.t.shape[3] + j] = j > i;
+  const opTensor* swa_mask = s.mode == 0 ? &full.t : &tmpl.t;
+  const int64_t sparse_mode = s.mode == 0 ? 0 : 4;
   int64_t seed = 0, offset = 0, numels = 0;
   auto swa_fwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
-    opStatus st = SwaForwardGetWorkspaceSize(&q.t, &k.t, &v.t, s.N, layout, nullptr, nullptr, &tmpl.t, scale,
-                                             s.keep_prob, s.wl, s.wr, 0, nullptr, nullptr, nullptr, 4, true, false, "",
+    opStatus st = SwaForwardGetWorkspaceSize(&q.t, &k.t, &v.t, s.N, layout, nullptr, nullptr, swa_mask, scale,
+                                             s.keep_prob, s.wl, s.wr, 0, nullptr, nullptr, nullptr, sparse_mode, true,
+                                             false, "",
                                              nullptr, 1234, 0, &out.t, &smax.t, &ssum.t, &sout.t, &seed, &offset,
                                              &numels, &n, &ex);
     if (st != OP_SUCCESS) { std::printf("swa fwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
@@ -178,9 +185,10 @@ static void run(const Shape& s) {
   auto swa_bwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
-    opStatus st = SwaBackwardGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, s.N, layout, nullptr, nullptr, &tmpl.t,
+    opStatus st = SwaBackwardGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, s.N, layout, nullptr, nullptr, swa_mask,
                                               &smax.t, &ssum.t, nullptr, &out.t, scale, s.keep_prob, s.wl, s.wr, 0,
-                                              seed, offset, numels, nullptr, nullptr, nullptr, 4, true, false, "",
+                                              seed, offset, numels, nullptr, nullptr, nullptr, sparse_mode, true,
+                                              false, "",
                                               nullptr, &dq.t, &dk.t, &dv.t, &none.t, &none.t, &n, &ex);
     if (st != OP_SUCCESS) { std::printf("swa bwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
     if (ws.size() < n) ws.resize(n);
@@ -225,7 +233,7 @@ static void run(const Shape& s) {
     const int64_t S = tnd ? kTndLengths[sidx] : s.S;
     for (int64_t i = 0; i < S; ++i) {
       int64_t lo = 0, hi = S - 1;
-      if (s.mode == 3) hi = i;
+      if (s.mode == 3 || (s.swa && s.mode == 0)) hi = i;
       if (s.mode == 4 || s.swa) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(S - 1, i + s.wr); }
       pairs += static_cast<double>(hi - lo + 1);
     }
@@ -303,6 +311,9 @@ int main(int argc, char** argv) {
       {"swa band512 S8192 D64 bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true},
       {"swa band512 S8192 D64 bfloat16 kp0.9 fwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true, 0.9},
       {"swa band512 S8192 D64 bfloat16 kp0.9 fwd+bwd", OP_DT_BF16, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 0.9},
+      // sparse_mode 0 with a full causal mask and next = 0 (same tiles as causal; the mask is read per element)
+      {"swa mode0 fullmask causal float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, 2147483647, 0, false, 7, false, true},
+      {"swa mode0 fullmask causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, 2147483647, 0, true, 5, false, true},
       // the same in BNSD (bench_flash_attn.py's layout), flash_attn mask_mode 4 next to swa
       {"bnsd window512 S8192 D64 float32 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, false, 1.0, true},
       {"bnsd window512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, false, 1.0, true},

@@ -18,6 +18,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #if defined(__AVX2__) || defined(__AVX512F__)
 // GCC 12 reports its own `_mm512_undefined_*` idiom inside these headers as "may be used
 // uninitialized" once the intrinsics are inlined; the state at the header's lines decides.
@@ -371,6 +374,45 @@ inline void cvt_f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
   for (; i < n; ++i) dst[i] = float_to_half_bits(src[i]);
+}
+
+// Transposes a rows x cols byte block: dst[c * ldd + r] = src[r * lds + c]. SSE2 16x16 blocks
+// (four unpack stages), scalar edges.
+inline void transpose_bytes(const uint8_t* src, int64_t lds, int64_t rows, int64_t cols, uint8_t* dst, int64_t ldd) {
+  int64_t r0 = 0;
+#if defined(__SSE2__)
+  for (; r0 + 16 <= rows; r0 += 16) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= cols; c0 += 16) {
+      const uint8_t* s = src + r0 * lds + c0;
+      __m128i t0[8], t1[8], u[4][4];
+      for (int k = 0; k < 8; ++k) {  // byte pairs of rows 2k, 2k+1: columns 0-7 (t0), 8-15 (t1)
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + (2 * k) * lds));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + (2 * k + 1) * lds));
+        t0[k] = _mm_unpacklo_epi8(a, b);
+        t1[k] = _mm_unpackhi_epi8(a, b);
+      }
+      for (int m = 0; m < 4; ++m) {  // rows 4m..4m+3 of columns 4q..4q+3 in u[q][m]
+        u[0][m] = _mm_unpacklo_epi16(t0[2 * m], t0[2 * m + 1]);
+        u[1][m] = _mm_unpackhi_epi16(t0[2 * m], t0[2 * m + 1]);
+        u[2][m] = _mm_unpacklo_epi16(t1[2 * m], t1[2 * m + 1]);
+        u[3][m] = _mm_unpackhi_epi16(t1[2 * m], t1[2 * m + 1]);
+      }
+      for (int q = 0; q < 4; ++q)
+        for (int h = 0; h < 2; ++h) {  // rows 0-7 (v0) and 8-15 (v1) of columns 4q+2h, 4q+2h+1
+          const __m128i v0 = h ? _mm_unpackhi_epi32(u[q][0], u[q][1]) : _mm_unpacklo_epi32(u[q][0], u[q][1]);
+          const __m128i v1 = h ? _mm_unpackhi_epi32(u[q][2], u[q][3]) : _mm_unpacklo_epi32(u[q][2], u[q][3]);
+          uint8_t* d = dst + (c0 + 4 * q + 2 * h) * ldd + r0;
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(v0, v1));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(d + ldd), _mm_unpackhi_epi64(v0, v1));
+        }
+    }
+    for (int64_t c = c0; c < cols; ++c)
+      for (int64_t r = r0; r < r0 + 16; ++r) dst[c * ldd + r] = src[r * lds + c];
+  }
+#endif
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 // Interleave two rows of 16-bit values: dst[2c] = a[c], dst[2c+1] = b[c] for c < n

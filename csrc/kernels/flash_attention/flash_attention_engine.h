@@ -180,32 +180,35 @@ inline float load_float(const void* base, opDataType dt, int64_t idx) {
 
 // Additive tile bias[j * Br + i] (log2 units) for query rows i0 + [0, rows) and keys j0 + [0, nc)
 // of head n, batch b: c2 * pse, or -inf where the full mask is set; lanes past `rows` get 0.
+// The mask rows are transposed as bytes first (mt: Bc x Br scratch), so the masking is a
+// contiguous select the compiler vectorises.
 template <class S>
 inline void build_bias(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i0, int64_t rows, int64_t j0,
-                       int64_t nc, S c2, S* bias) {
+                       int64_t nc, S c2, S* bias, uint8_t* mt) {
   const int64_t Br = kBlockQ;
-  for (int64_t i = 0; i < rows; ++i) {
-    S* col = bias + i;
-    if (p.pse) {
+  for (int64_t x = 0; x < nc * Br; ++x) bias[x] = S(0);
+  if (p.pse) {
+    for (int64_t i = 0; i < rows; ++i) {
       const int64_t base = b * p.pse_batch_stride + n * p.pse_head_stride + (i0 + i) * p.pse_row_stride + j0;
+      S* col = bias + i;
       if (p.pse_dtype == OP_DT_DOUBLE) {
         const double* x = static_cast<const double*>(p.pse) + base;
         for (int64_t j = 0; j < nc; ++j) col[j * Br] = c2 * static_cast<S>(x[j]);
       } else {
         for (int64_t j = 0; j < nc; ++j) col[j * Br] = c2 * static_cast<S>(load_float(p.pse, p.pse_dtype, base + j));
       }
-    } else {
-      for (int64_t j = 0; j < nc; ++j) col[j * Br] = S(0);
-    }
-    if (p.full_mask) {
-      const uint8_t* m = p.full_mask + b * p.full_mask_batch_stride + n * p.full_mask_head_stride +
-                         (i0 + i) * p.full_mask_row_stride + j0;
-      for (int64_t j = 0; j < nc; ++j)
-        if (m[j]) col[j * Br] = static_cast<S>(-INFINITY);
     }
   }
-  for (int64_t j = 0; j < nc; ++j)
-    for (int64_t i = rows; i < Br; ++i) bias[j * Br + i] = S(0);
+  if (p.full_mask) {
+    const uint8_t* m = p.full_mask + b * p.full_mask_batch_stride + n * p.full_mask_head_stride +
+                       i0 * p.full_mask_row_stride + j0;
+    transpose_bytes(m, p.full_mask_row_stride, rows, nc, mt, Br);
+    for (int64_t j = 0; j < nc; ++j) {
+      S* bj = bias + j * Br;
+      const uint8_t* tj = mt + j * Br;
+      for (int64_t i = 0; i < rows; ++i) bj[i] = tj[i] ? static_cast<S>(-INFINITY) : bj[i];
+    }
+  }
 }
 
 // First dropout element index of row i of head n, batch b (key 0).
@@ -268,6 +271,7 @@ struct Forward {
     S* alpha = c.take<S>(Br);
     float* tmp = c.take<float>(Dvp + Br);  // conversion scratch (bf16 P rows, output rows)
     S* bias = (kFeat & kFeatBias) ? c.take<S>(Bc * Br) : nullptr;
+    uint8_t* mt = (kFeat & kFeatBias) ? c.take<uint8_t>(Bc * Br) : nullptr;
     DropoutKey dkey;
     DropoutLanes lanes;
     uint64_t e_row0 = 0;  // dropout element of (row i0, key 0); row i0 + r adds r * skv
@@ -309,7 +313,7 @@ struct Forward {
       // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]
       gemm<Ops>(nc, Br, (D + KP - 1) / KP, k + j0 * p.k_row_stride, p.k_row_stride, KP, qt, Br * KP, sc, Br,
                 nullptr, kOverwrite);
-      if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias);
+      if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias, mt);
       // Online softmax, lane-wise over query rows.
       for (int iv = 0; iv < NVQ; ++iv) {
         const int64_t base = i0 + iv * W;
@@ -474,6 +478,7 @@ struct Backward {
     S* dvacc = dkacc + Bc * Dp;
     float* tmp = c.take<float>(Dp + Dvp);  // output conversion scratch
     S* bias = (kFeat & kFeatBias) ? c.take<S>(Bc * Br) : nullptr;
+    uint8_t* mt = (kFeat & kFeatBias) ? c.take<uint8_t>(Bc * Br) : nullptr;
     DropoutKey dkey;
     DropoutLanes lanes;
     uint64_t e_head = 0;  // dropout element of (row 0, key 0) of this head
@@ -555,7 +560,7 @@ struct Backward {
                     kOverwrite);
           gemm<Ops>(nc, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
                     kOverwrite);
-          if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, nc, c2, bias);
+          if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, nc, c2, bias, mt);
           // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)
           if constexpr (KP == 2) {
             // bf16: P^T and dS^T rows as bf16 (pairs along i) and dS^T rows j, j+1 interleaved

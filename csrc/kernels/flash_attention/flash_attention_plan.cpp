@@ -125,7 +125,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(Br * Dvp * ss);         // output accumulator
     slot += 3 * up(Br * ss);           // m, l, alpha
     slot += up((Dvp + Br) * 4);        // conversion scratch
-    if (p.full_mask || p.pse) slot += up(Bc * Br * ss);  // additive mask / pse tile
+    if (p.full_mask || p.pse) slot += up(Bc * Br * ss) + up(Bc * Br);  // additive mask / pse tile, mask bytes
   } else {
     const int64_t S1 = p.max_seqlen_q;
     const int64_t S1p = pad16(S1) + Br;  // columns of the transposed Q / dO panels
@@ -142,7 +142,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(3 * Bc * Br * es);        // P, dS, dS interleaved (operand format)
     slot += up(Bc * (Dp + Dvp) * ss);    // dK, dV accumulators
     slot += up((Dp + Dvp) * 4);          // conversion scratch
-    if (p.full_mask || p.pse) slot += up(Bc * Br * ss);  // additive mask / pse tile
+    if (p.full_mask || p.pse) slot += up(Bc * Br * ss) + up(Bc * Br);  // additive mask / pse tile, mask bytes
   }
   WorkspaceLayout layout;
   plan->slot_bytes = static_cast<uint64_t>(slot);
