@@ -596,6 +596,34 @@ static std::vector<Case> cases() {
   { Case c; c.S1 = 97; c.S2 = 97; c.mode = 4; c.mask = kTemplate; c.pre = 30; c.next = 0; c.keep_prob = 0.9; c.seed = 5; c.sink = true; add(c); }
   { Case c; c.layout = "TND"; c.lq = {20, 0, 70}; c.lkv = {30, 5, 65}; c.mask = kSS; c.pre = 20; c.next = 20; c.pse = true; c.keep_prob = 0.6; c.seed = 99; c.offset = 1ull << 33; add(c); }
   { Case c; c.layout = "SBH"; c.B = 2; c.N1 = 4; c.N2 = 2; c.S1 = 64; c.S2 = 96; c.keep_prob = 0.5; c.seed = 1ull << 40; add(c); }
+  // sweep: every layout x sparse_mode 0 (full masks in turn) / 4 x pre/next unbounded, negative
+  // next, negative pre; GQA, Dv < D and tile-boundary lengths (63/64/65 x 95/96/97)
+  {
+    const char* layouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND"};
+    const int64_t prenext[3][2] = {{kInf, kInf}, {40, -3}, {-6, 25}};
+    const MaskKind masks[] = {kBNSS, kB1SS, k11SS, kSS};
+    int k = 0;
+    for (const char* L : layouts)
+      for (int64_t mode : {0, 4})
+        for (const auto& pn : prenext) {
+          Case c;
+          c.layout = L;
+          c.B = 2;
+          c.N1 = 4;
+          c.N2 = k % 2 ? 2 : 4;
+          c.D = 24;
+          c.Dv = k % 3 ? 24 : 16;
+          c.S1 = 63 + k % 3;
+          c.S2 = 95 + (k / 3) % 3;
+          if (c.layout == "TND") { c.lq = {c.S1, 0, 64}; c.lkv = {c.S2, 17, 97}; c.trailing_zeros = k % 2; }
+          c.mode = mode;
+          c.mask = mode == 4 ? kTemplate : c.layout == "TND" ? kSS : masks[k % 4];
+          c.pre = pn[0];
+          c.next = pn[1];
+          add(c);
+          ++k;
+        }
+  }
   // production head dims
   { Case c; c.layout = "BNSD"; c.N1 = 2; c.N2 = 1; c.D = 64; c.Dv = 64; c.S1 = 130; c.S2 = 130; c.mode = 4; c.mask = kTemplate; c.pre = 47; c.next = 0; add(c); }
   { Case c; c.N1 = 2; c.N2 = 2; c.D = 128; c.Dv = 128; c.S1 = 70; c.S2 = 100; c.mask = kBNSS; c.pre = 60; c.next = 10; c.keep_prob = 0.8; c.seed = 3; add(c); }
