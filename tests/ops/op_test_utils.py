@@ -33,19 +33,19 @@ def assert_within_budget(ours: torch.Tensor, torch_same_dtype: torch.Tensor, ref
                                f"{torch_err:.3g} (+4 ulps {ulp:.3g})")
 
 
-def fake_shapes(op: Callable[..., object], *args: object, **kwargs: object) -> list[tuple[torch.Size, torch.dtype]]:
+def fake_shapes(op: Callable[..., object], *args: object, **kwargs: object) -> list[object]:
     """Output shapes and dtypes of ``op`` under FakeTensorMode for the same (real) arguments."""
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
         fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
         fake_kwargs = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         out = op(*fake_args, **fake_kwargs)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    return [(o.shape, o.dtype) for o in outs]
+    return eager_shapes(out)
 
 
-def eager_shapes(out: object) -> list[tuple[torch.Size, torch.dtype]]:
+def eager_shapes(out: object) -> list[object]:
+    """(shape, dtype) of each tensor output; int outputs as they are."""
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    return [(o.shape, o.dtype) for o in outs]
+    return [(o.shape, o.dtype) if isinstance(o, torch.Tensor) else o for o in outs]
 
 
 def raises_same_in_eager_and_fake(op: Callable[..., object], args: Sequence[object], match: str) -> None:
