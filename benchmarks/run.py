@@ -19,7 +19,7 @@ if "--no-thp" not in sys.argv:
 
 import torch  # noqa: E402
 
-FAMILIES = ["block_attention_residuals", "fused_floyd_attention", "flash_attn"]
+FAMILIES = ["block_attention_residuals", "fused_floyd_attention", "flash_attn", "flash_attn_peers", "swa"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     for family in args.families:
         module = importlib.import_module(f"bench_{family}")
         for row in module.run(quick=args.quick):
-            print(f"{row['workload']:52} {row['dtype']:9} {row['op_plugin_s'] * 1e3:8.1f}ms {row['pytorch_s'] * 1e3:8.1f}ms "
-                  f"{row['speedup']:6.1f}x  {row['throughput']}; {row['peak_extra_mb']}")
+            times = (f"{row['op_plugin_s'] * 1e3:8.1f}ms {row['pytorch_s'] * 1e3:8.1f}ms {row['speedup']:6.2f}x"
+                     if row['speedup'] == row['speedup'] else f"{'-':>10} {'-':>10} {'-':>7}")  # NaN: a memory-only row
+            print(f"{row['workload']:52} {row['dtype']:9} {times}  {row['throughput']}; {row['peak_extra_mb']}")
     return 0
 
 
