@@ -134,6 +134,7 @@ struct Shape {
                      // mode 0 = sparse_mode 0 with a full [1, 1, S, S] mask (triu(1)) and pre/next
   double keep_prob = 1.0;
   bool bnsd = false;  // BNSD instead of BSND (benchmarks/bench_flash_attn.py's layout)
+  bool pse = false;   // swa: a [1, N, S, S] pse (and its dpse)
 };
 
 // TND benchmark: 8 sequences of mixed lengths summing to 8192.
@@ -167,13 +168,15 @@ static void run(const Shape& s) {
   T4 full(OP_DT_BOOL, {1, 1, s.swa && s.mode == 0 ? s.S : 1, s.swa && s.mode == 0 ? s.S : 1});
   for (int64_t i = 0; i < full.t.shape[2]; ++i)
     for (int64_t j = 0; j < full.t.shape[3]; ++j) static_cast<uint8_t*>(full.t.data)[i * full.t.shape[3] + j] = j > i;
-  const opTensor* swa_mask = s.mode == 0 ? &full.t : &tmpl.t;
+  const opTensor* swa_mask = s.mode == 0 ? (s.wr == 2147483647 ? nullptr : &full.t) : &tmpl.t;
+  T4 pse(s.dt, {1, s.N, s.pse ? s.S : 0, s.pse ? s.S : 0}), dpse(s.dt, {1, s.N, s.pse ? s.S : 0, s.pse ? s.S : 0});
+  if (s.pse) pse.randn(5);
   const int64_t sparse_mode = s.mode == 0 ? 0 : 4;
   int64_t seed = 0, offset = 0, numels = 0;
   auto swa_fwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
-    opStatus st = SwaForwardGetWorkspaceSize(&q.t, &k.t, &v.t, s.N, layout, nullptr, nullptr, swa_mask, scale,
+    opStatus st = SwaForwardGetWorkspaceSize(&q.t, &k.t, &v.t, s.N, layout, s.pse ? &pse.t : nullptr, nullptr, swa_mask, scale,
                                              s.keep_prob, s.wl, s.wr, 0, nullptr, nullptr, nullptr, sparse_mode, true,
                                              false, "",
                                              nullptr, 1234, 0, &out.t, &smax.t, &ssum.t, &sout.t, &seed, &offset,
@@ -185,11 +188,12 @@ static void run(const Shape& s) {
   auto swa_bwd = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
-    opStatus st = SwaBackwardGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, s.N, layout, nullptr, nullptr, swa_mask,
+    opStatus st = SwaBackwardGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, s.N, layout, s.pse ? &pse.t : nullptr, nullptr,
+                                              swa_mask,
                                               &smax.t, &ssum.t, nullptr, &out.t, scale, s.keep_prob, s.wl, s.wr, 0,
                                               seed, offset, numels, nullptr, nullptr, nullptr, sparse_mode, true,
                                               false, "",
-                                              nullptr, &dq.t, &dk.t, &dv.t, &none.t, &none.t, &n, &ex);
+                                              nullptr, &dq.t, &dk.t, &dv.t, s.pse ? &dpse.t : &none.t, &none.t, &n, &ex);
     if (st != OP_SUCCESS) { std::printf("swa bwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
     if (ws.size() < n) ws.resize(n);
     SwaBackward(ws.data(), n, ex, nullptr);
@@ -233,7 +237,7 @@ static void run(const Shape& s) {
     const int64_t S = tnd ? kTndLengths[sidx] : s.S;
     for (int64_t i = 0; i < S; ++i) {
       int64_t lo = 0, hi = S - 1;
-      if (s.mode == 3 || (s.swa && s.mode == 0)) hi = i;
+      if (s.mode == 3 || (s.swa && s.mode == 0 && s.wr == 0)) hi = i;
       if (s.mode == 4 || s.swa) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(S - 1, i + s.wr); }
       pairs += static_cast<double>(hi - lo + 1);
     }
@@ -314,6 +318,9 @@ int main(int argc, char** argv) {
       // sparse_mode 0 with a full causal mask and next = 0 (same tiles as causal; the mask is read per element)
       {"swa mode0 fullmask causal float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, 2147483647, 0, false, 7, false, true},
       {"swa mode0 fullmask causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, 2147483647, 0, true, 5, false, true},
+      // no mask, a [1, N, S, S] pse: compare with "dense float32"
+      {"swa pse dense float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, 2147483647, 2147483647, false, 7, false, true, 1.0, false, true},
+      {"swa pse dense float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, 2147483647, 2147483647, true, 5, false, true, 1.0, false, true},
       // the same in BNSD (bench_flash_attn.py's layout), flash_attn mask_mode 4 next to swa
       {"bnsd window512 S8192 D64 float32 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, false, 1.0, true},
       {"bnsd window512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, false, 1.0, true},
