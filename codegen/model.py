@@ -23,7 +23,8 @@ class Check:
     """A restriction: ``expr`` must hold, else ``message`` is raised (eager and fake alike).
 
     ``strict`` restrictions are device limits, enforced only in strict device-compat mode.
-    ``when`` (optional) limits the check to calls where it holds.
+    ``when`` (optional) limits the check to calls where it holds. A ``warn`` check does not fail
+    the call: it warns (TORCH_WARN in C++, warnings.warn in the fake) with its message.
     """
 
     expr: Expr
@@ -31,6 +32,7 @@ class Check:
     strict: bool
     when: Optional[Expr]
     loc: Location
+    warn: bool = False
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from codegen.model import (AutogradPair, BackwardInput, Check, Formula, IntOutpu
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc"}
-CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let"}
+CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let", "warn"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
 AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable", "forward_overrides"}
 PYTHON_KEYS = {"returns"}
@@ -388,9 +388,12 @@ def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location) -
     strict = item.get("strict", False)
     if not isinstance(strict, bool):
         raise _Invalid("'strict:' must be true or false", _line(item, "strict"))
+    warn = item.get("warn", False)
+    if not isinstance(warn, bool) or (warn and strict):
+        raise _Invalid("'warn:' must be true or false, and a warning is never strict", _line(item, "warn"))
     with _at(_line(item, "error")):
         message = E.parse_message(str(item.get("error", default_text)), env)
-    return Check(check_expr, message, strict, when, loc)
+    return Check(check_expr, message, strict, when, loc, warn=warn)
 
 
 def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[str, str], path: str,

@@ -31,7 +31,7 @@ def _rules(op: OpEntry) -> list[dict[str, Any]]:
             guards = (["op_plugin::strict_mode()"] if rule.strict else []) + (
                 [render(rule.when)] if rule.when is not None else [])
             out.append({"let": False, "guard": " && ".join(guards), "expr": render(rule.expr),
-                        "message": render.message(op.name, rule.message)})
+                        "message": render.message(op.name, rule.message), "warn": rule.warn})
         else:
             out.append({"let": True, "name": rule.name, "type": cpp.let_type(rule.expr.kind),
                         "expr": render(rule.expr)})

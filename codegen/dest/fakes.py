@@ -18,7 +18,7 @@ def _op_context(op: OpEntry) -> dict[str, Any]:
             guards = (["strict_mode()"] if rule.strict else []) + (
                 [py.render(rule.when, env)] if rule.when is not None else [])
             rules.append({"let": False, "guard": " and ".join(guards), "expr": py.render(rule.expr, env),
-                          "message": py.message(op.name, rule.message, env)})
+                          "message": py.message(op.name, rule.message, env), "warn": rule.warn})
         else:
             rules.append({"let": True, "name": rule.name, "expr": py.render(rule.expr, env)})
     # Outputs are made like a required tensor input (so meta inputs give meta outputs); an op

@@ -49,7 +49,7 @@ CASES = [
       hint: "reshape"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:6: f: unknown check key 'hint'; known: arg, equals, error, expr, let, range, strict, values, when",
+        "reg.yaml:6: f: unknown check key 'hint'; known: arg, equals, error, expr, let, range, strict, values, warn, when",
     ], id="unknown_check_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -564,6 +564,17 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:12: f: autograd.forward_overrides: 'missing' is not an argument of f",
         "reg.yaml:12: f: autograd.forward_overrides: 'n' is a int, but 2.5 is not",
     ], id="autograd_formula_and_override_errors"),
+    pytest.param("""\
+- func: f(Tensor x) -> Tensor
+  kernel: F
+  checks:
+    - {expr: x.dim() == 2, warn: true, strict: true, error: "a"}
+    - {expr: x.dim() == 2, warn: 1, error: "b"}
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:4: f: 'warn:' must be true or false, and a warning is never strict",
+        "reg.yaml:5: f: 'warn:' must be true or false, and a warning is never strict",
+    ], id="warn_checks"),
     pytest.param(OK + """\
 - func: other(Tensor x) -> Tensor
   kernel: Good

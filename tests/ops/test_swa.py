@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
 
@@ -367,7 +369,7 @@ def test_sparse_mode_must_be_0_or_4_before_any_other_check(mode) -> None:
 
 
 @pytest.mark.parametrize("total", [16384, 16385])
-def test_tnd_over_16384_tokens_forces_sparse_mode_4(total) -> None:
+def test_tnd_over_16384_tokens_forces_sparse_mode_4(total, capfd: pytest.CaptureFixture[str]) -> None:
     # Sequences of 64 queries over 96 keys (the last one shorter), mode 0 with a full mask and a
     # band: at 16384 tokens the top-left band and the mask apply, above it the bottom-right band.
     n_seq = -(-total // 64)
@@ -376,7 +378,17 @@ def test_tnd_over_16384_tokens_forces_sparse_mode_4(total) -> None:
     x = make_inputs("TND", None, sq, skv, 1, 1, 8, 8, torch.float32, seed=11)
     opts = dict(sparse_mode=0, pre_tockens=5, next_tockens=0, scale=0.3,
                 atten_mask=torch.rand(64, 96, generator=torch.Generator().manual_seed(12)) < 0.2)
+    capfd.readouterr()
     out = forward(x, "TND", 1, **opts)[0]
+    # SPEC §2.7 choice 3: applied literally, with a warning (TORCH_WARN: c10 prints it on stderr)
+    warned = "runs as sparse_mode 4 (seed 004): the full atten_mask [64, 96] is ignored" in capfd.readouterr().err
+    assert warned == (total > 16384)
+    with FakeTensorMode() as mode, warnings.catch_warnings(record=True) as caught:  # the fake warns too
+        warnings.simplefilter("always")
+        fake = {n: mode.from_tensor(x[n]) for n in ("query", "key", "value")}
+        op_plugin.swa_forward(fake["query"], fake["key"], fake["value"], 1, "TND", actual_seq_qlen=x["actual_seq_qlen"],
+                              actual_seq_kvlen=x["actual_seq_kvlen"], **dict(opts, atten_mask=mode.from_tensor(opts["atten_mask"])))
+    assert any("the full atten_mask [64, 96] is ignored" in str(w.message) for w in caught) == (total > 16384)
     q64, k64, v64 = (x[n].double() for n in ("query", "key", "value"))
     seqs = dict(actual_seq_qlen=x["actual_seq_qlen"], actual_seq_kvlen=x["actual_seq_kvlen"])
     expected = reference(q64, k64, v64, 1, "TND", **seqs, **opts)[0]
@@ -523,6 +535,18 @@ def test_torch_compile_training_step() -> None:
             torch.testing.assert_close(got, want)
 
 
+def test_dropout_under_torch_compile_fails_at_trace_time_as_documented() -> None:
+    # docs/decisions.md: the seed is drawn when the kernel runs, so the compiler sees an unbacked int.
+    layout, N, x, opts = _case(SHAPES[0], MASKS[0], torch.float32, seed=24)
+
+    def loss_fn(q):
+        return op_plugin.swa_forward(q, x["key"], x["value"], N, layout, keep_prob=0.9)[0].sum()
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="data-dependent"):
+        torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x["query"].clone().requires_grad_(True))
+
+
 @pytest.mark.parametrize("keep_prob", [1.0, 0.8])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_bitwise_identical_for_1_and_2_threads(dtype, keep_prob) -> None:
@@ -621,7 +645,6 @@ def test_backward_errors_in_eager_and_fake() -> None:
         call = lambda *a, **k: BWD(*a, **k)  # noqa: E731
         with pytest.raises(RuntimeError, match=re.escape(message)):
             call(*pos, head_num, layout, **kw)
-        from torch._subclasses.fake_tensor import FakeTensorMode
         with FakeTensorMode() as mode:
             fake = lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
             with pytest.raises(RuntimeError, match=re.escape(message)):

@@ -2,6 +2,7 @@
 # source: autograd.yaml (sha256 0325b752a2cd463d)
 # ruff: noqa
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Optional
 

@@ -2,6 +2,7 @@
 # source: minimal.yaml (sha256 cf646708daf65620)
 # ruff: noqa
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Optional
 
