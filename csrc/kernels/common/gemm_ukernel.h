@@ -57,25 +57,14 @@ __attribute__((always_inline)) inline void gemm_ukernel(int64_t K, const typenam
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   constexpr int KP = Ops::KP;
+  // The product starts from zero and C is added once at the end (as BLAS does for beta = 1):
+  // a long reduction accumulated tile by tile (dK/dV over every query block) is then a sum of
+  // K-term blocks, not one chain of rounded FMAs whose error grows with the sequence length.
   V acc[MR][NV];
-  if (mode == kOverwrite) {
 #pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m)
+  for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[m][v] = Ops::zero();
-  } else if (mode == kAccumulate || rs == nullptr) {
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[m][v] = Ops::loadc(C + m * ldc + v * W);
-  } else {
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-      const V s = Ops::set1(rs[m]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[m][v] = Ops::mul(Ops::loadc(C + m * ldc + v * W), s);
-    }
-  }
+    for (int v = 0; v < NV; ++v) acc[m][v] = Ops::zero();
   for (int64_t k = 0; k < K; ++k) {
     typename Ops::BV b[NV];
     const typename Ops::T* bk = B + k * ldb;
@@ -92,6 +81,19 @@ __attribute__((always_inline)) inline void gemm_ukernel(int64_t K, const typenam
       const typename Ops::AV a = Ops::bcast(ak + m * sam);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[m][v] = Ops::fma(acc[m][v], a, b[v]);
+    }
+  }
+  if (mode == kAccumulate || (mode == kScaleAccumulate && rs == nullptr)) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[m][v] = Ops::add(Ops::loadc(C + m * ldc + v * W), acc[m][v]);
+  } else if (mode == kScaleAccumulate) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const V s = Ops::set1(rs[m]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[m][v] = Ops::add(Ops::mul(Ops::loadc(C + m * ldc + v * W), s), acc[m][v]);
     }
   }
 #pragma GCC unroll 8
