@@ -41,6 +41,23 @@ def _floyd_inputs(dtype: torch.dtype, B: int = 1, H: int = 2, N: int = 64, D: in
     return [torch.randn(s, generator=g, dtype=torch.float64).to(dtype).requires_grad_(True) for s in shapes]
 
 
+def _attention_inputs(dtype: torch.dtype, shape: tuple[int, ...]) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(shape, generator=g, dtype=torch.float64).to(dtype).requires_grad_(True) for _ in range(3)]
+
+
+_CAUSAL_TEMPLATE = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)  # the device's mask template
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: object) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _band(S: int, W: int) -> torch.Tensor:
+    i, j = torch.arange(S).view(-1, 1), torch.arange(S).view(1, -1)
+    return (j <= i) & (j > i - W)
+
+
 CASES = [
     DemoCase("block_attention_residuals", "block_attention_residuals_grad", "T=2048 N=8 H=1024",
              _bar_inputs, op_plugin.block_attention_residuals,
@@ -48,6 +65,17 @@ CASES = [
     DemoCase("fused_floyd_attention", "fused_floyd_attention_grad", "B=1 H=2 N=M=K=64 D=32",
              _floyd_inputs, lambda *x: op_plugin.fused_floyd_attention(*x, scale_value=32 ** -0.5)[2],
              lambda *x: reference.fused_floyd_attention(*x, scale_value=32 ** -0.5)),
+    DemoCase("flash_attn", "flash_attn_grad", "BSND B=1 S=1024 N=8 D=64 causal",
+             lambda dtype: _attention_inputs(dtype, (1, 1024, 8, 64)),
+             lambda q, k, v: op_plugin.flash_attn(q, k, v, softmax_scale=0.125, mask_mode=3,
+                                                  attn_mask=_CAUSAL_TEMPLATE)[0],
+             lambda q, k, v: _sdpa(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True,
+                                   scale=0.125).transpose(1, 2)),
+    DemoCase("swa_forward", "swa_backward", "BNSD S=2048 N=8 D=64 band 256",
+             lambda dtype: _attention_inputs(dtype, (1, 8, 2048, 64)),
+             lambda q, k, v: op_plugin.swa_forward(q, k, v, 8, "BNSD", atten_mask=_CAUSAL_TEMPLATE, scale=0.125,
+                                                   pre_tockens=255, next_tockens=0, sparse_mode=4)[0],
+             lambda q, k, v: _sdpa(q, k, v, attn_mask=_band(2048, 256), scale=0.125)),
 ]
 
 
