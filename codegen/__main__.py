@@ -1,11 +1,11 @@
-"""python -m codegen [--registry op_plugin_functions.yaml] [--out build/generated] [--check]"""
+"""python -m codegen [--registry op_plugin_functions.yaml] [--out build/generated | --docs docs/ops] [--check]"""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
 
-from codegen.generate import generate
+from codegen.generate import generate, generate_docs
 from codegen.parse import RegistryError
 
 
@@ -15,11 +15,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="build/generated")
     parser.add_argument("--namespace", default="op_plugin", help="torch namespace of the ops (torch.ops.NAMESPACE)")
     parser.add_argument("--extension", default="_C", help="name of the compiled Python module (PYBIND11_MODULE)")
+    parser.add_argument("--docs", metavar="DIR", help="write the reference pages (docs/ops) instead of the code")
     parser.add_argument("--check", action="store_true", help="fail if generated files are stale; write nothing")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        fm = generate(args.registry, args.out, check_only=args.check, namespace=args.namespace, extension=args.extension)
+        if args.docs:
+            fm = generate_docs(args.registry, args.docs, check_only=args.check, namespace=args.namespace)
+            args.out = args.docs
+        else:
+            fm = generate(args.registry, args.out, check_only=args.check, namespace=args.namespace,
+                          extension=args.extension)
     except RegistryError as e:
         print("\n".join(e.errors), file=sys.stderr)
         return 1

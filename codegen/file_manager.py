@@ -45,8 +45,11 @@ class FileManager:
         hash: the whole registry, or one entry for per-op files (so editing one entry rewrites
         only that op's files)."""
         assert relpath not in self.written + self.unchanged + self.stale, f"duplicate file write {relpath}"
-        comment = "#" if relpath.endswith((".py", ".pyi")) else "//"
-        text = self.env.get_template(template).render(header=generated_header(template, source, comment), **context)
+        if relpath.endswith(".md"):
+            header = "<!-- " + generated_header(template, source, "").replace("\n ", " ").strip() + " -->"
+        else:
+            header = generated_header(template, source, "#" if relpath.endswith((".py", ".pyi")) else "//")
+        text = self.env.get_template(template).render(header=header, **context)
         path = os.path.join(self.out_dir, relpath)
         try:
             with open(path, encoding="utf-8") as f:

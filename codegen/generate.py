@@ -1,7 +1,7 @@
 """The generator's entry point: registry -> every artifact, through one FileManager."""
 from __future__ import annotations
 
-from codegen.dest import EMITTERS
+from codegen.dest import EMITTERS, docs
 from codegen.file_manager import FileManager, jinja_environment
 from codegen.parse import load_registry
 
@@ -15,5 +15,16 @@ def generate(registry_path: str, out_dir: str, check_only: bool = False, display
     fm = FileManager(out_dir, check_only=check_only, env=jinja_environment(namespace=namespace, extension=extension))
     for emit in EMITTERS:
         emit(registry, fm)
+    fm.write_manifest()
+    return fm
+
+
+def generate_docs(registry_path: str, docs_dir: str, check_only: bool = False,
+                  display_path: str | None = None, namespace: str = "op_plugin") -> FileManager:
+    """Writes the reference pages of every op (docs/ops/) from ``registry_path``."""
+    import os
+    registry = load_registry(registry_path, display_path or os.path.basename(registry_path))
+    fm = FileManager(docs_dir, check_only=check_only, env=jinja_environment(namespace=namespace))
+    docs.emit(registry, fm)
     fm.write_manifest()
     return fm

@@ -1,33 +1,120 @@
-"""The op-plugin command line: ``op-plugin demo``, ``op-plugin doctor``."""
+"""The op-plugin command line (also ``python -m op_plugin``).
+
+    demo                  every op forward and backward against PyTorch (README's command 1)
+    doctor                torch, kernel library, ISA level, threads, build flags, strict mode
+    list                  every op of the registry with its schema, one line each
+    show OP               one op: schema, arguments, outputs, errors, device limits, autograd
+    check [YAML]          validate a registry; every error as file:LINE; exit 1 on errors
+    gen --out DIR         run the generator; files written and unchanged
+
+list, show, check and gen read a registry with op_plugin's generator (codegen/), which lives in
+the source tree: run them from a checkout, or point OP_PLUGIN_ROOT at one.
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+from pathlib import Path
+
+
+def _source_root() -> Path:
+    """The op_plugin source tree (codegen/, templates/, op_plugin_functions.yaml), importable."""
+    candidates = [Path(os.environ["OP_PLUGIN_ROOT"])] if os.environ.get("OP_PLUGIN_ROOT") else []
+    candidates += [Path.cwd(), *Path.cwd().parents]
+    for root in candidates:
+        if (root / "codegen" / "generate.py").is_file() and (root / "templates").is_dir():
+            if str(root) not in sys.path:
+                sys.path.insert(0, str(root))
+            return root
+    raise SystemExit("op-plugin: this command needs op_plugin's source tree (codegen/, templates/); "
+                     "run it from a checkout or set OP_PLUGIN_ROOT")
+
+
+def _load(registry: str | None):
+    root = _source_root()
+    from codegen.parse import RegistryError, load_registry
+
+    path = registry or str(root / "op_plugin_functions.yaml")
+    try:
+        return load_registry(path, registry or "op_plugin_functions.yaml"), None
+    except RegistryError as e:
+        return None, e.errors
+
+
+def _doctor() -> int:
+    import torch
+
+    import op_plugin
+    from op_plugin import _build_info, _C
+
+    print(f"torch            {torch.__version__} (built against {_build_info.TORCH_VERSION})")
+    print(f"kernel library   {_C.kernel_library_version()}")
+    print(f"ISA level        {_C.isa_level()}")
+    print(f"threads          {torch.get_num_threads()}")
+    print(f"strict mode      {bool(_C.strict_mode())}")
+    print(f"build flags      {_C.build_flags()}")
+    print(f"ops              {', '.join(op_plugin._op_names)}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="op-plugin", description="op_plugin: CANN attention operators on the CPU")
+    parser = argparse.ArgumentParser(prog="op-plugin", description="op_plugin: CANN attention operators on the CPU",
+                                     epilog="list, show, check and gen need the source tree (or OP_PLUGIN_ROOT)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="call every op forward and backward; compare with PyTorch; time both")
-    sub.add_parser("doctor", help="torch version, kernel library, ISA level, threads, strict mode")
+    sub.add_parser("doctor", help="torch version, kernel library, ISA level, threads, build flags, strict mode")
+    p = sub.add_parser("list", help="every op with its schema")
+    p.add_argument("--registry", help="a registry YAML (default: op_plugin_functions.yaml of the source tree)")
+    p = sub.add_parser("show", help="one op: schema, arguments, outputs, errors, device limits, autograd")
+    p.add_argument("op")
+    p.add_argument("--registry")
+    p = sub.add_parser("check", help="validate a registry; errors as file:LINE; exit status 1 on errors")
+    p.add_argument("registry", nargs="?")
+    p = sub.add_parser("gen", help="run the generator")
+    p.add_argument("--out", required=True)
+    p.add_argument("--registry")
+    p.add_argument("--namespace", default="op_plugin")
     args = parser.parse_args(argv)
+
     if args.command == "demo":
         from op_plugin.demo import run
 
         return run()
     if args.command == "doctor":
-        import torch
+        return _doctor()
+    registry, errors = _load(args.registry)
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        return 1
+    if args.command == "check":
+        print(f"{registry.path}: {len(registry.ops)} ops, no errors")
+        return 0
+    if args.command == "list":
+        width = max(len(op.name) for op in registry.ops)
+        for op in registry.ops:
+            print(f"{op.name:{width}}  {op.func}")
+        return 0
+    if args.command == "show":
+        from codegen.dest import docs
+        from codegen.file_manager import jinja_environment
 
-        import op_plugin
-        from op_plugin import _build_info, _C
+        by_name = {c["name"]: c for c in docs.contexts(registry)}
+        if args.op not in by_name:
+            print(f"op-plugin: no op {args.op!r} in {registry.path}; known: {', '.join(by_name)}", file=sys.stderr)
+            return 1
+        page = jinja_environment().get_template("op_doc.md.j2").render(header="", op=by_name[args.op])
+        print(page.strip())
+        return 0
+    if args.command == "gen":
+        from codegen.generate import generate
 
-        print(f"torch            {torch.__version__} (built against {_build_info.TORCH_VERSION})")
-        print(f"kernel library   {_C.kernel_library_version()}")
-        print(f"ISA level        {_C.isa_level()}")
-        print(f"threads          {torch.get_num_threads()}")
-        print(f"strict mode      {bool(_C.strict_mode())}")
-        print(f"build flags      {_C.build_flags()}")
-        print(f"ops              {', '.join(op_plugin._op_names)}")
+        start = time.perf_counter()
+        fm = generate(args.registry or str(_source_root() / "op_plugin_functions.yaml"), args.out,
+                      display_path=registry.path, namespace=args.namespace)
+        print(f"op-plugin gen: {len(registry.ops)} ops, {len(fm.written)} files written, {len(fm.unchanged)} unchanged "
+              f"in {args.out} ({time.perf_counter() - start:.2f} s)")
         return 0
     return 2
 

@@ -1,0 +1,79 @@
+"""docs/ops/<op>.md, docs/ops/index.md and docs/ops/limits.md: the reference pages of every op.
+
+Written by ``python -m codegen --docs docs/ops`` (and checked for staleness by the tests), from
+the same registry entries as the code, so a page cannot disagree with the op it documents.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from codegen import expr as E
+from codegen.file_manager import FileManager
+from codegen.model import Check, Let, OpEntry, Registry
+
+
+def _names(e: E.Expr) -> set[str]:
+    return {n.id for n in ast.walk(e.tree) if isinstance(n, ast.Name)}
+
+
+def _rule_text(c: Check) -> str:
+    when = f"when `{c.when}`: " if c.when is not None else ""
+    return f"{when}`{c.expr}` — {c.message.source}"
+
+
+def op_context(op: OpEntry) -> dict[str, Any]:
+    """What a page (and ``op-plugin show``) says about one op."""
+    checks = [r for r in op.rules if isinstance(r, Check)]
+    lets = {r.name: r.expr for r in op.rules if isinstance(r, Let)}
+    args = []
+    for a in op.func.arguments.flat_all:
+        mentions = [c for c in checks if a.name in _names(c.expr) | (_names(c.when) if c.when is not None else set())
+                    and not c.strict and not c.warn]
+        args.append({"name": a.name, "type": str(a.type), "default": "" if a.default is None else a.default,
+                     "keyword_only": a in op.func.arguments.flat_kwarg_only, "rules": len(mentions)})
+    outputs = [{"name": o.name, "shape": str(o.shape), "dtype": str(o.dtype)} for o in op.outputs]
+    outputs += [{"name": o.name, "shape": "int", "dtype": f"fake value `{o.value}`"} for o in op.int_outputs]
+    pair = op.autograd
+    autograd = None
+    if pair is not None:
+        autograd = {"backward": pair.backward,
+                    "grads": [(i, o) for i, o in pair.grads] + [(i, f"{f.function}(...)") for i, f in pair.formulas],
+                    "non_differentiable": list(pair.non_differentiable),
+                    "overrides": list(pair.forward_overrides)}
+    return {
+        "name": op.name,
+        "schema": str(op.func),
+        "registered": str(op.registered_func) if op.registered_func != op.func else "",
+        "doc": op.doc,
+        "kernel": op.kernel,
+        "loc": op.loc,
+        "args": args,
+        "lets": [(name, str(e)) for name, e in lets.items()],
+        "checks": [_rule_text(c) for c in checks if not c.strict and not c.warn],
+        "warnings": [_rule_text(c) for c in checks if c.warn],
+        "strict": [_rule_text(c) for c in checks if c.strict],
+        "outputs": outputs,
+        "python_returns": list(op.python_returns),
+        "autograd": autograd,
+        "backward_of": [],
+        "random": str(op.random_when) if op.random_when is not None else "",
+        "tags": list(op.tags),
+    }
+
+
+def contexts(registry: Registry) -> list[dict[str, Any]]:
+    ops = [op_context(op) for op in registry.ops]
+    by_name = {c["name"]: c for c in ops}
+    for c in ops:
+        if c["autograd"]:
+            by_name[c["autograd"]["backward"]]["backward_of"].append(c["name"])
+    return ops
+
+
+def emit(registry: Registry, fm: FileManager) -> None:
+    ops = contexts(registry)
+    for op in ops:
+        fm.write(f"{op['name']}.md", "op_doc.md.j2", registry.op(op["name"]).source, op=op)
+    fm.write("index.md", "ops_index.md.j2", registry.source, ops=ops)
+    fm.write("limits.md", "ops_limits.md.j2", registry.source, ops=ops)
