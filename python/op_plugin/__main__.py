@@ -6,8 +6,9 @@
     show OP               one op: schema, arguments, outputs, errors, device limits, autograd
     check [YAML]          validate a registry; every error as file:LINE; exit 1 on errors
     gen --out DIR         run the generator; files written and unchanged
+    new NAME              scaffold an op: registry entry, kernel with both stage functions, test
 
-list, show, check and gen read a registry with op_plugin's generator (codegen/), which lives in
+list, show, check, gen and new read a registry with op_plugin's generator (codegen/), which lives in
 the source tree: run them from a checkout, or point OP_PLUGIN_ROOT at one.
 """
 from __future__ import annotations
@@ -59,6 +60,44 @@ def _doctor() -> int:
     return 0
 
 
+def _new(name: str, directory: str | None, namespace: str) -> int:
+    """Writes a new op's registry entry, kernel and test; each builds and runs as written."""
+    import keyword
+    import re
+
+    root = _source_root()
+    from codegen.file_manager import jinja_environment
+
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
+        print(f"op-plugin new: {name!r} is not an op name (lower_case_with_underscores)", file=sys.stderr)
+        return 1
+    target = Path(directory) if directory else root
+    registry = target / "op_plugin_functions.yaml"
+    kernel_path = target / "csrc" / "kernels" / name / f"{name}_kernel.cpp"
+    test_path = target / "tests" / "ops" / f"test_{name}.py"
+    existing = [str(p) for p in (kernel_path, test_path) if p.exists()]
+    if registry.exists() and re.search(rf"^- func: {name}\(", registry.read_text(), re.M):
+        existing.append(f"{registry} (entry {name})")
+    if existing:
+        print(f"op-plugin new: {name} exists already: {', '.join(existing)}", file=sys.stderr)
+        return 1
+    kernel = "".join(part.capitalize() for part in name.split("_"))
+    env = jinja_environment(str(root / "templates"), namespace=namespace)
+    context = dict(name=name, kernel=kernel, kernel_path=os.path.relpath(kernel_path, target))
+    entry = env.get_template("scaffold/entry.yaml.j2").render(**context)
+    if not registry.exists():
+        entry = "# Operator registry (the format is documented in op_plugin's op_plugin_functions.yaml).\n" + entry
+    for path, text in ((kernel_path, env.get_template("scaffold/kernel.cpp.j2").render(**context)),
+                       (test_path, env.get_template("scaffold/test.py.j2").render(**context))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    with open(registry, "a", encoding="utf-8") as f:
+        f.write(entry)
+    print(f"op-plugin new: {name}\n  {registry} (entry appended)\n  {kernel_path}\n  {test_path}\n"
+          f"next: write the math where the files say TODO({name}), build (bash ci/build.sh), run the test")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="op-plugin", description="op_plugin: CANN attention operators on the CPU",
                                      epilog="list, show, check and gen need the source tree (or OP_PLUGIN_ROOT)")
@@ -76,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--registry")
     p.add_argument("--namespace", default="op_plugin")
+    p = sub.add_parser("new", help="scaffold an op: registry entry, kernel source with both stage functions, test")
+    p.add_argument("name")
+    p.add_argument("--dir", help="the tree to add it to (default: the source tree); gets op_plugin_functions.yaml, "
+                                 "csrc/kernels/NAME/ and tests/ops/")
+    p.add_argument("--namespace", default="op_plugin", help="torch namespace the test calls (torch.ops.NAMESPACE)")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -84,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return run()
     if args.command == "doctor":
         return _doctor()
+    if args.command == "new":
+        return _new(args.name, args.dir, args.namespace)
     registry, errors = _load(args.registry)
     if errors:
         print("\n".join(errors), file=sys.stderr)
