@@ -7,8 +7,10 @@
     check [YAML]          validate a registry; every error as file:LINE; exit 1 on errors
     gen --out DIR         run the generator; files written and unchanged
     new NAME              scaffold an op: registry entry, kernel with both stage functions, test
+    bench [FAMILY ...]    the benchmarks' ratio table (benchmarks/run.py); --plot FILE.png draws
+                          throughput against sequence length for the attention ops
 
-list, show, check, gen and new read a registry with op_plugin's generator (codegen/), which lives in
+list, show, check, gen, new and bench read a registry or the benchmarks with op_plugin's generator (codegen/), which lives in
 the source tree: run them from a checkout, or point OP_PLUGIN_ROOT at one.
 """
 from __future__ import annotations
@@ -98,6 +100,23 @@ def _new(name: str, directory: str | None, namespace: str) -> int:
     return 0
 
 
+def _bench(families: list[str], quick: bool, plot_path: str | None) -> int:
+    benchmarks = _source_root() / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    import run  # benchmarks/run.py
+
+    status = run.main([*families, *(["--quick"] if quick else [])])
+    if plot_path:
+        import plot  # benchmarks/plot.py
+
+        seq_lens = [256, 512, 1024] if quick else [512, 1024, 2048, 4096, 8192]
+        series = plot.plot(plot_path, seq_lens)
+        print(f"op-plugin bench: {plot_path}: useful GFLOP/s at S = {seq_lens}")
+        for name, values in series.items():
+            print(f"  {name:24} " + " ".join(f"{v:6.0f}" for v in values))
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="op-plugin", description="op_plugin: CANN attention operators on the CPU",
                                      epilog="list, show, check and gen need the source tree (or OP_PLUGIN_ROOT)")
@@ -120,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="the tree to add it to (default: the source tree); gets op_plugin_functions.yaml, "
                                  "csrc/kernels/NAME/ and tests/ops/")
     p.add_argument("--namespace", default="op_plugin", help="torch namespace the test calls (torch.ops.NAMESPACE)")
+    p = sub.add_parser("bench", help="run the benchmarks (ratios against PyTorch measured in the same run)")
+    p.add_argument("families", nargs="*", help="benchmark families (default: all); see benchmarks/run.py")
+    p.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw throughput against sequence length (matplotlib)")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -130,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         return _doctor()
     if args.command == "new":
         return _new(args.name, args.dir, args.namespace)
+    if args.command == "bench":
+        return _bench(args.families, args.quick, args.plot)
     registry, errors = _load(args.registry)
     if errors:
         print("\n".join(errors), file=sys.stderr)

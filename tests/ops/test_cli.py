@@ -72,3 +72,14 @@ def test_doctor() -> None:
     assert r.returncode == 0, r.stderr
     for field in ("torch ", "kernel library", "ISA level", "threads", "strict mode", "build flags", "ops "):
         assert field in r.stdout, field
+
+
+def test_bench_prints_the_ratio_table_and_plots(tmp_path: Path) -> None:
+    png = tmp_path / "throughput.png"
+    r = cli("bench", "swa", "--quick", "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("swa ")]
+    assert len(rows) == 12 and all(line.split()[-1] == "-" or "x" in line for line in rows)
+    assert "vs flash_attn mask_mode 4" in r.stdout and "dropout costs" in r.stdout
+    assert f"op-plugin bench: {png}: useful GFLOP/s at S = [256, 512, 1024]" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
