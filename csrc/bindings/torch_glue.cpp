@@ -39,9 +39,14 @@ opTensor to_op_tensor(const at::Tensor& t) {
   d.data = t.data_ptr();
   d.dtype = to_op_dtype(t.scalar_type());
   d.ndim = static_cast<int32_t>(t.dim());
-  for (int64_t i = 0; i < t.dim(); ++i) {
+  // torch calls a tensor contiguous whatever the stride of a size-1 dimension (a [1, 5, ...] slice
+  // of a [1, 9, ...] tensor keeps stride 9*...); give such a dimension its contiguous stride, so
+  // kernels comparing strides (an output with its input) see one layout.
+  int64_t contiguous_stride = 1;
+  for (int64_t i = t.dim() - 1; i >= 0; --i) {
     d.shape[i] = t.size(i);
-    d.strides[i] = t.stride(i);
+    d.strides[i] = t.size(i) == 1 ? contiguous_stride : t.stride(i);
+    contiguous_stride = d.strides[i] * t.size(i);
   }
   return d;
 }

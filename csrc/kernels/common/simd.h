@@ -63,7 +63,8 @@ inline uint16_t float_to_bf16(float f) {
 // Portable 2^x in float, same polynomial as the vector versions (Cephes exp2f minimax on
 // [-0.5, 0.5], relative error ~1.5 ulp). x <= -126 returns exactly 0 (masked logits).
 inline float exp2_scalar(float x) {
-  if (!(x > -126.0f)) return 0.0f;  // also -inf and NaN-free for masked lanes
+  if (x <= -126.0f) return 0.0f;  // -inf: masked logits contribute nothing
+  if (std::isnan(x)) return x;    // NaN inputs propagate
   if (x > 127.0f) x = 127.0f;
   const float n = std::nearbyint(x);
   const float r = x - n;
@@ -186,9 +187,11 @@ struct OpsAvx2F {
     return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(ok));
   }
   static V exp2(V x) {
-    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
-    x = _mm256_min_ps(x, _mm256_set1_ps(127.0f));
+    // NaN propagates: it is kept (unordered compare) and passes the clamps (max/min return their
+    // second operand when one is NaN).
+    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ);
+    x = _mm256_max_ps(_mm256_set1_ps(-126.0f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(127.0f), x);
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 r = _mm256_sub_ps(x, n);
     __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
@@ -237,10 +240,11 @@ struct Ops512Base {
   }
   // 2^x: x clamped to [-200, 127]; n = round(x), r = x - n in [-0.5, 0.5], 2^r by the Cephes
   // exp2f polynomial, then vscalefps(p, n). For x <= -150 the result underflows to exactly 0,
-  // so masked (-inf) logits contribute nothing.
+  // so masked (-inf) logits contribute nothing. NaN propagates: max/min return their second
+  // operand when one is NaN.
   static V exp2(V x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(127.0f));
+    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
+    x = _mm512_min_ps(_mm512_set1_ps(127.0f), x);
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(x, n);
     __m512 p = _mm512_set1_ps(1.535336188319500e-4f);

@@ -382,7 +382,7 @@ struct Forward {
     const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i0) * p.lse_row_stride;
     for (int64_t i = 0; i < rows; ++i) {
       void* orow = out + i * p.o_row_stride * ob;
-      const bool empty = w.lo(i0 + i) > w.hi(i0 + i) || !(l[i] > S(0)) || (stats && sink && m[i] == m0 && l[i] == S(1));
+      const bool empty = w.lo(i0 + i) > w.hi(i0 + i) || l[i] == S(0) || (stats && sink && m[i] == m0 && l[i] == S(1));  // NaN is not empty: it propagates
       const int64_t li = lse_base + i * p.lse_row_stride;
       if (stats) {
         const double mx = empty ? -FLT_MAX : static_cast<double>(m[i]) * kLn2;
@@ -696,6 +696,7 @@ struct Backward {
   // swa: lse from softmax_max / softmax_sum; an empty row (max -FLT_MAX or sum not positive) is
   // +inf, so its P and every gradient it feeds are 0.
   static double lse_of_stats(double mx, double sm) {
+    if (std::isnan(mx) || std::isnan(sm)) return NAN;  // a NaN row stays NaN
     if (!(mx > -FLT_MAX) || !(sm > 0.0) || !std::isfinite(sm)) return INFINITY;
     return mx + std::log(sm);
   }
