@@ -107,3 +107,18 @@ def test_nan_input_propagates_to_the_rows_that_read_it(layout: str) -> None:
     out = out.transpose(1, 2) if layout == "BNSD" else out
     assert torch.equal(torch.isnan(out).any(-1)[0], expected)
     assert torch.equal(torch.isnan(ssum[0, :, :, 0]).T, expected)
+
+
+def test_nan_propagates_in_block_attention_residuals_and_floyd() -> None:
+    T, N, H = 4, 3, 16
+    blocks = torch.randn(T, N, H)
+    blocks[1, 2, 5] = float("nan")  # token 1 attends over its blocks: its output is NaN
+    hidden = op_plugin.block_attention_residuals(torch.randn(T, H), blocks, torch.randn(H), torch.ones(H))
+    assert torch.isnan(hidden).any(-1).tolist() == [False, True, False, False]
+    x = [torch.randn(1, 1, 16, 16, 8, generator=torch.Generator().manual_seed(i)) for i in range(5)]
+    x[1][0, 0, 3, 7, 2] = float("nan")  # key_ij[n=3, k=7] is read by every (n=3, m)
+    out = op_plugin.fused_floyd_attention(*x)[2]
+    nan_pairs = torch.isnan(out).any(-1)[0, 0]  # [n, m]
+    expected = torch.zeros(16, 16, dtype=torch.bool)
+    expected[3] = True
+    assert torch.equal(nan_pairs, expected)

@@ -76,8 +76,9 @@ struct V {
   // Cephes expf polynomial on r = x - n*ln2, scaled by 2^n through the exponent field.
   static reg exp(reg x) {
     const reg under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365478515625f), _CMP_LT_OQ);
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365478515625f));
+    // NaN propagates: min/max return their second operand when one is NaN
+    x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), x);
+    x = _mm256_max_ps(_mm256_set1_ps(-87.3365478515625f), x);
     const reg n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     reg r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);

@@ -79,8 +79,9 @@ struct V {
   // Cephes expf polynomial on r = x - n*ln2, |r| <= ln2/2, scaled by 2^n with vscalefps.
   static reg exp(reg x) {
     const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_LT_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3365478515625f));
+    // NaN propagates: min/max return their second operand when one is NaN
+    x = _mm512_min_ps(_mm512_set1_ps(88.3762626647949f), x);
+    x = _mm512_max_ps(_mm512_set1_ps(-87.3365478515625f), x);
     const reg n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     reg r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
