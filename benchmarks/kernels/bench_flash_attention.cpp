@@ -135,13 +135,17 @@ struct Shape {
   double keep_prob = 1.0;
   bool bnsd = false;  // BNSD instead of BSND (benchmarks/bench_flash_attn.py's layout)
   bool pse = false;   // swa: a [1, N, S, S] pse (and its dpse)
+  const int64_t* lengths = nullptr;  // TND lengths (default kTndLengths)
 };
 
 // TND benchmark: 8 sequences of mixed lengths summing to 8192.
 static const int64_t kTndLengths[8] = {512, 1024, 1536, 256, 2048, 768, 1280, 768};
+// benchmarks/bench_flash_attn_peers.py's lengths (issue 3's TND row against padded SDPA).
+static const int64_t kTndPeerLengths[8] = {256, 512, 768, 1024, 1280, 1536, 1024, 1792};
 
 static void run(const Shape& s) {
   const bool tnd = s.tnd;
+  const int64_t* lens = s.lengths ? s.lengths : kTndLengths;
   const int64_t T = 8192;
   const std::vector<int64_t> shp = tnd      ? std::vector<int64_t>{T, s.N, s.D}
                                    : s.bnsd ? std::vector<int64_t>{s.B, s.N, s.S, s.D}
@@ -155,7 +159,7 @@ static void run(const Shape& s) {
   T4 cu(OP_DT_INT32, {9});
   for (int b = 0, acc = 0; b <= 8; ++b) {
     static_cast<int32_t*>(cu.t.data)[b] = acc;
-    if (b < 8) acc += static_cast<int32_t>(kTndLengths[b]);
+    if (b < 8) acc += static_cast<int32_t>(lens[b]);
   }
   const opTensor* cuq = tnd ? &cu.t : nullptr;
   q.randn(1); k.randn(2); v.randn(3); dout.randn(4);
@@ -234,7 +238,7 @@ static void run(const Shape& s) {
   double pairs = 0;
   const int nseq = tnd ? 8 : 1;
   for (int sidx = 0; sidx < nseq; ++sidx) {
-    const int64_t S = tnd ? kTndLengths[sidx] : s.S;
+    const int64_t S = tnd ? lens[sidx] : s.S;
     for (int64_t i = 0; i < S; ++i) {
       int64_t lo = 0, hi = S - 1;
       if (s.mode == 3 || (s.swa && s.mode == 0 && s.wr == 0)) hi = i;
@@ -332,6 +336,14 @@ int main(int argc, char** argv) {
       {"tnd8 T8192 causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, true, 3, true},
       {"tnd8 T8192 causal bfloat16 fwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, false, 5, true},
       {"tnd8 T8192 causal bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, true, 3, true},
+      {"tndpeers T8192 causal float32 fwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, false, 7, true, false, 1.0, false,
+       false, kTndPeerLengths},
+      {"tndpeers T8192 causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, true, 3, true, false, 1.0, false,
+       false, kTndPeerLengths},
+      {"tndpeers T8192 causal bfloat16 fwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, false, 7, true, false, 1.0, false,
+       false, kTndPeerLengths},
+      {"tndpeers T8192 causal bfloat16 fwd+bwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, true, 3, true, false, 1.0, false,
+       false, kTndPeerLengths},
   };
   for (const Shape& s : shapes)
     if (std::strstr(s.name, filter)) run(s);
