@@ -148,16 +148,25 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   plan->slot_bytes = static_cast<uint64_t>(slot);
   plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
   plan->stage_mask = 0;
+  const bool tnd = plan->kv_batch_rows == 0;
   if (plan->stage_convert) {
     plan->stage_mask = bwd ? 0x1f : 0x7;
   } else if (!bwd) {
-    if (p.k_row_stride != D) plan->stage_mask |= 1 << 1;
+    // TND: k is only ever the broadcast operand (S^T = K Qt reads 6 key rows per micro-kernel
+    // step, which do not thrash L1) and is read in place. A copy of k spans every sequence of the
+    // token tensor (32 MiB at T = 8192, N = 8, D = 128): a DRAM round trip and fresh workspace
+    // pages per call that cost more than the strided reads (measured: the mixed-length causal
+    // forward ~8% faster without it). BSND/BNSD keep their measured choice (copy when strided).
+    if (p.k_row_stride != D && !tnd) plan->stage_mask |= 1 << 1;
     if (!pairs && p.v_row_stride != Dv) plan->stage_mask |= 1 << 2;
   } else {
     if (p.q_row_stride != D) plan->stage_mask |= 1 << 0;
     if (p.k_row_stride != D) plan->stage_mask |= 1 << 1;
-    if (p.v_row_stride != Dv) plan->stage_mask |= 1 << 2;
-    if (p.o_row_stride != Dv) plan->stage_mask |= (1 << 3) | (1 << 4);
+    // v is only the broadcast operand of dP^T = V dO^T: TND reads it in place (as k in the forward).
+    if (p.v_row_stride != Dv && !tnd) plan->stage_mask |= 1 << 2;
+    // attn_out only feeds D_i = rowsum(dO * O), one pass per head: not copied (its strides are
+    // kept apart from dout's, see FlashAttnBwdParams::out_*_stride).
+    if (p.o_row_stride != Dv) plan->stage_mask |= 1 << 4;
   }
   const int64_t stage_es = plan->stage_convert ? 4 : static_cast<int64_t>(dtype_size(p.dtype));
   for (int t = 0; t < 5; ++t) {
