@@ -310,9 +310,24 @@ struct Forward {
     for (int64_t j0 = jlo; j0 <= jhi; j0 += Bc) {
       const int64_t nc = imin(Bc, jhi + 1 - j0);
       const bool full = w.lo(i0 + rows - 1) <= j0 && w.hi(i0) >= j0 + nc - 1;
-      // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]
-      gemm<Ops>(nc, Br, (D + KP - 1) / KP, k + j0 * p.k_row_stride, p.k_row_stride, KP, qt, Br * KP, sc, Br,
-                nullptr, kOverwrite);
+      // Keys [j0, j0 + ncv[iv]) are the ones lane group iv (rows base .. base + W - 1) can see:
+      // on a tile cut by the diagonal (causal) or the right window edge, the later keys are
+      // invisible to the earlier rows (P = 0), so neither S^T nor P V computes them there.
+      // Non-decreasing in iv; all nc away from the right edge. bf16: whole key pairs.
+      int64_t ncv[NVQ];
+      for (int iv = 0; iv < NVQ; ++iv) {
+        const int64_t last = i0 + imin(rows, static_cast<int64_t>(iv + 1) * W) - 1;
+        int64_t x = imax(0, imin(nc, w.hi(last) + 1 - j0));
+        if (KP == 2) x = imin(nc, (x + 1) & ~int64_t(1));
+        ncv[iv] = x;
+      }
+      // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]: keys [ncv[iv-1], ncv[iv]) for lanes iv*W.. only
+      for (int iv = 0, done = 0; iv < NVQ; ++iv) {
+        if (ncv[iv] <= done) continue;
+        gemm<Ops>(ncv[iv] - done, Br - iv * W, (D + KP - 1) / KP, k + (j0 + done) * p.k_row_stride, p.k_row_stride,
+                  KP, qt + iv * W * KP, Br * KP, sc + done * Br + iv * W, Br, nullptr, kOverwrite);
+        done = static_cast<int>(ncv[iv]);
+      }
       if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias, mt);
       // Online softmax, lane-wise over query rows.
       for (int iv = 0; iv < NVQ; ++iv) {
@@ -321,7 +336,7 @@ struct Forward {
         S* col = sc + iv * W;
         // dropout element of (row base, key j0); lane l adds l * skv, key j adds j
         const uint64_t e_vec = e_row0 + static_cast<uint64_t>(iv * W * skv + j0);
-        for (int64_t j = 0; j < nc; ++j) {
+        for (int64_t j = 0; j < ncv[iv]; ++j) {
           V x = Ops::mul(Ops::loadc(col + j * Br), Ops::set1(c2));
           if constexpr ((kFeat & kFeatBias) != 0) x = Ops::add(x, Ops::loadc(bias + j * Br + iv * W));
           if (!full) x = Ops::mask_range(x, base, w.first_row(j0 + j), w.last_row(j0 + j));
@@ -338,9 +353,9 @@ struct Forward {
         if constexpr (KP == 2) {
           // bf16: P^T rows j, j+1 go straight to the pair-interleaved operand of O += P V.
           uint16_t* pp16 = reinterpret_cast<uint16_t*>(pp) + 2 * iv * W;
-          for (int64_t j = 0; j < nc; j += 2) {
+          for (int64_t j = 0; j < ncv[iv]; j += 2) {
             V e0 = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
-            V e1 = j + 1 < nc ? Ops::exp2(Ops::sub(Ops::loadc(col + (j + 1) * Br), muse)) : Ops::zero();
+            V e1 = j + 1 < ncv[iv] ? Ops::exp2(Ops::sub(Ops::loadc(col + (j + 1) * Br), muse)) : Ops::zero();
             sum = Ops::add(Ops::add(sum, e0), e1);
             if constexpr ((kFeat & kFeatDropout) != 0) {  // the sum keeps every term, P V the kept ones
               e0 = dropout_apply<Ops>(e0, e_vec + j, lanes, dkey);
@@ -349,7 +364,7 @@ struct Forward {
             Ops::store_bf16_pair(pp16 + j * Br, e0, e1);
           }
         } else {
-          for (int64_t j = 0; j < nc; ++j) {
+          for (int64_t j = 0; j < ncv[iv]; ++j) {
             V e = Ops::exp2(Ops::sub(Ops::loadc(col + j * Br), muse));
             sum = Ops::add(sum, e);
             if constexpr ((kFeat & kFeatDropout) != 0) e = dropout_apply<Ops>(e, e_vec + j, lanes, dkey);
@@ -358,14 +373,27 @@ struct Forward {
         }
         Ops::storec(l + iv * W, Ops::add(Ops::mul(Ops::loadc(l + iv * W), a), sum));
       }
-      if (KP == 1) {
-        // O = alpha O + P V (P^T in place as broadcast operand, V rows in place)
-        gemm<Ops>(rows, Dv, nc, reinterpret_cast<const T*>(sc), 1, Br, v + j0 * p.v_row_stride, p.v_row_stride,
-                  acc, Dvp, first ? nullptr : alpha, first ? kAccumulate : kScaleAccumulate);
-      } else {
-        // bf16: P in pairs (written above); V read from the staged key-row pairs.
-        gemm<Ops>(rows, Dv, (nc + 1) / 2, pp, 2, 2 * Br, vpairs + j0 * Dvp, 2 * Dvp, acc, Dvp,
-                  first ? nullptr : alpha, first ? kAccumulate : kScaleAccumulate);
+      // O = alpha O + P V over the rows of lane groups that see the same keys (one call away
+      // from the right edge).
+      for (int iv = 0; iv < NVQ;) {
+        int ive = iv + 1;
+        while (ive < NVQ && ncv[ive] == ncv[iv]) ++ive;
+        const int64_t r0 = iv * W, r1 = imin(rows, static_cast<int64_t>(ive) * W);
+        if (r0 >= rows) break;
+        const int64_t kc = ncv[iv];
+        S* arows = acc + r0 * Dvp;
+        const S* rs = first ? nullptr : alpha + r0;
+        const int mode = first ? kAccumulate : kScaleAccumulate;
+        if (KP == 1) {
+          // P^T in place as broadcast operand, V rows in place
+          gemm<Ops>(r1 - r0, Dv, kc, reinterpret_cast<const T*>(sc) + r0, 1, Br, v + j0 * p.v_row_stride,
+                    p.v_row_stride, arows, Dvp, rs, mode);
+        } else {
+          // bf16: P in pairs (written above); V read from the staged key-row pairs.
+          gemm<Ops>(r1 - r0, Dv, (kc + 1) / 2, pp + 2 * r0, 2, 2 * Br, vpairs + j0 * Dvp, 2 * Dvp, arows, Dvp, rs,
+                    mode);
+        }
+        iv = ive;
       }
       first = false;
     }
@@ -554,13 +582,18 @@ struct Backward {
         // so a window of W keys costs ceil((W + Bc) / Br) tiles per key tile.
         for (int64_t i0 = ilo & ~int64_t(1); i0 <= ihi; i0 += Br) {
           const int64_t nr = imin(Br, ihi + 1 - i0);
-          const bool full = nr == Br && w.lo(i0 + nr - 1) <= j0 && w.hi(i0) >= j0 + nc - 1 && i0 >= ilo;
+          // Keys of the tile that some row of this query tile can see: the rest (the far side of
+          // the diagonal for the first query tile under causal) has P = dS = 0 and is skipped in
+          // all five GEMMs. bf16: whole key pairs.
+          int64_t ncq = imin(nc, w.hi(i0 + nr - 1) + 1 - j0);
+          if (pairs) ncq = imin(nc, (ncq + 1) & ~int64_t(1));
+          const bool full = nr == Br && w.lo(i0 + nr - 1) <= j0 && w.hi(i0) >= j0 + ncq - 1 && i0 >= ilo;
           const int64_t row_hi = i0 + nr - 1;  // lanes past it are zeroed
-          gemm<Ops>(nc, Br, (D + KP - 1) / KP, kt, p.k_row_stride, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
+          gemm<Ops>(ncq, Br, (D + KP - 1) / KP, kt, p.k_row_stride, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
                     kOverwrite);
-          gemm<Ops>(nc, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
+          gemm<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
                     kOverwrite);
-          if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, nc, c2, bias, mt);
+          if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, ncq, c2, bias, mt);
           // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)
           if constexpr (KP == 2) {
             // bf16: P^T and dS^T rows as bf16 (pairs along i) and dS^T rows j, j+1 interleaved
@@ -568,8 +601,8 @@ struct Backward {
             uint16_t* p16 = reinterpret_cast<uint16_t*>(pt);
             uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
             uint16_t* di16 = reinterpret_cast<uint16_t*>(dsi);
-            for (int64_t j = 0; j < nc; j += 2) {
-              const bool has1 = j + 1 < nc;
+            for (int64_t j = 0; j < ncq; j += 2) {
+              const bool has1 = j + 1 < ncq;
               const int64_t flo0 = w.first_row(j0 + j), fhi0 = imin(w.last_row(j0 + j), row_hi);
               const int64_t flo1 = w.first_row(j0 + j + 1), fhi1 = imin(w.last_row(j0 + j + 1), row_hi);
               for (int iv = 0; iv < NVQ; ++iv) {
@@ -604,7 +637,7 @@ struct Backward {
               }
             }
           } else {
-          for (int64_t j = 0; j < nc; ++j) {
+          for (int64_t j = 0; j < ncq; ++j) {
             const int64_t flo = w.first_row(j0 + j);
             const int64_t fhi = imin(w.last_row(j0 + j), row_hi);
             for (int iv = 0; iv < NVQ; ++iv) {
@@ -624,24 +657,24 @@ struct Backward {
           }
           if (dpse) {  // scale * dS of the rows of this tile, transposed into [i][j]
             for (int64_t i = 0; i < imin(Br, sq - i0); ++i)
-              for (int64_t j = 0; j < nc; ++j)
+              for (int64_t j = 0; j < ncq; ++j)
                 dpse[(i0 + i) * plan.dpse_cols + j0 + j] = dp[j * Br + i] * sc_out;
           }
           if (!pairs) {
             const T* pa = reinterpret_cast<const T*>(sc);
             const T* da = reinterpret_cast<const T*>(dp);
             // dV[j] += sum_i P^T[j][i] dO[i];  dK[j] += sum_i dS^T[j][i] Q[i]
-            gemm<Ops>(nc, Dv, nr, pa, Br, 1, dO + i0 * p.o_row_stride, p.o_row_stride, dvacc, Dvp, nullptr,
+            gemm<Ops>(ncq, Dv, nr, pa, Br, 1, dO + i0 * p.o_row_stride, p.o_row_stride, dvacc, Dvp, nullptr,
                       kAccumulate);
-            gemm<Ops>(nc, D, nr, da, Br, 1, q + i0 * p.q_row_stride, p.q_row_stride, dkacc, Dp, nullptr,
+            gemm<Ops>(ncq, D, nr, da, Br, 1, q + i0 * p.q_row_stride, p.q_row_stride, dkacc, Dp, nullptr,
                       kAccumulate);
             // dQ[i] += sum_j dS^T[j][i] K[j]
-            gemm<Ops>(nr, D, nc, da, 1, Br, kt, p.k_row_stride, dqacc + i0 * Dp, Dp, nullptr, kAccumulate);
+            gemm<Ops>(nr, D, ncq, da, 1, Br, kt, p.k_row_stride, dqacc + i0 * Dp, Dp, nullptr, kAccumulate);
           } else {
             const int64_t kr = (nr + 1) / 2;
-            gemm<Ops>(nc, Dv, kr, pt, Br, 2, dopair + i0 * Dvp, 2 * Dvp, dvacc, Dvp, nullptr, kAccumulate);
-            gemm<Ops>(nc, D, kr, dst, Br, 2, qpair + i0 * Dp, 2 * Dp, dkacc, Dp, nullptr, kAccumulate);
-            gemm<Ops>(nr, D, (nc + 1) / 2, dsi, 2, 2 * Br, kpair, 2 * Dp, dqacc + i0 * Dp, Dp, nullptr,
+            gemm<Ops>(ncq, Dv, kr, pt, Br, 2, dopair + i0 * Dvp, 2 * Dvp, dvacc, Dvp, nullptr, kAccumulate);
+            gemm<Ops>(ncq, D, kr, dst, Br, 2, qpair + i0 * Dp, 2 * Dp, dkacc, Dp, nullptr, kAccumulate);
+            gemm<Ops>(nr, D, (ncq + 1) / 2, dsi, 2, 2 * Br, kpair, 2 * Dp, dqacc + i0 * Dp, Dp, nullptr,
                       kAccumulate);
           }
         }
