@@ -525,8 +525,8 @@ struct Backward {
                  h * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
                  h * p.v_head_stride;
-    const T* o = static_cast<const T*>(p.out) + b * p.out_batch_stride + p.q_start[b] * p.out_row_stride +
-                 n * p.out_head_stride;
+    const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
+                 n * p.o_head_stride;
     const T* dO = static_cast<const T*>(p.dout) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
                   n * p.o_head_stride;
 
@@ -547,7 +547,7 @@ struct Backward {
         const int64_t li = lse_base + i * p.lse_row_stride;
         lse2[i] = static_cast<S>((p.softmax_sum ? lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li)) * kLog2e);
         S d = S(0);
-        const T* orow = o + i * p.out_row_stride;
+        const T* orow = o + i * p.o_row_stride;
         const T* drow = dO + i * p.o_row_stride;
         for (int64_t cc = 0; cc < Dv; ++cc) d += to_s(orow[cc]) * to_s(drow[cc]);
         delta[i] = d;
@@ -999,9 +999,6 @@ template <class OpsF32, class OpsBf16, class OpsF64>
 void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
   FlashAttnBwdParams p = p0;
   const int out_kind = out_kind_of(p0.dtype);
-  p.out_batch_stride = p0.o_batch_stride;
-  p.out_row_stride = p0.o_row_stride;
-  p.out_head_stride = p0.o_head_stride;
   if (plan.stage_mask) {
     const void* out_s = p0.out;
     const void* dout_s = p0.dout;
@@ -1013,11 +1010,6 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
       stage_inputs<uint16_t>(p0, p0.out, p0.dout, plan, ws, &p, &out_s, &dout_s);
     p.out = const_cast<void*>(out_s);
     p.dout = dout_s;
-    if ((plan.stage_mask >> 3) & 1) {  // staged attn_out: the head-major strides of the copies
-      p.out_batch_stride = p.o_batch_stride;
-      p.out_row_stride = p.o_row_stride;
-      p.out_head_stride = p.o_head_stride;
-    }
   }
   // dq/dk/dv keep the caller's layout: the kernels write them with the strides of p0.
   if (p.want_dpse) {  // tiles outside the window never write their dS: zero the buffer first

@@ -110,9 +110,6 @@ struct FlashAttnBwdParams : FlashAttnFwdParams {
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
   int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
-  // Strides of attn_out as the kernels read it: set by the engine (backward_entry), since dout
-  // may be staged into a head-major copy while attn_out (read once per head) is not.
-  int64_t out_batch_stride = 0, out_row_stride = 0, out_head_stride = 0;
   // swa_backward with pse: every scale * dS element goes to a [B][N][Sq max][Skv max] buffer of
   // the workspace (plan.dpse_offset), reduced to pse's broadcast shape by the op afterwards.
   bool want_dpse = false;

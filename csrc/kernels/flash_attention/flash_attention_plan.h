@@ -32,11 +32,11 @@ struct Plan {
   // Staging: some inputs are first copied into head-major [B][N][rows][dim] ([N][T][dim] for
   // TND) buffers in the workspace. `stage_convert`: every input is converted to float there
   // (fp16, or bf16 without AVX512_BF16). Otherwise, on the fp32/fp64 paths, the operands read
-  // as GEMM vector rows (v in the forward; q, k, dout in the backward) are copied when their
-  // rows are not contiguous (BSND/TND with several heads): rows N*D apart alias in L1 (4 KiB
-  // strides) and a 96-row tile would thrash it. O(S) memory, one pass. The broadcast-only
+  // as GEMM vector rows (v in the forward; q, k, attn_out/dout in the backward) are copied when
+  // their rows are not contiguous (BSND/TND with several heads): rows N*D apart alias in L1
+  // (4 KiB strides) and a 96-row tile would thrash it. O(S) memory, one pass. The broadcast-only
   // operands (k in the forward, v in the backward) are copied for BSND but read in place for
-  // TND (see make_plan); attn_out (read once per head for D_i) is only copied to convert it.
+  // TND (see make_plan).
   bool stage_convert = false;
   int32_t stage_mask = 0;        // bit t: tensor t (q, k, v, out, dout) is staged
   int64_t slots = 1;             // per-thread scratch regions (= max_threads() at stage 1)
