@@ -58,7 +58,6 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
     overrides = [(f"kwargs[{name!r}]" if name in kw_only else f"args[{args.index(name)}]", value)
                  for name, value in pair.forward_overrides]
     overridden = " or ".join(f"caller_{target} != {target}" for target, _ in overrides)
-    tensor_outputs = [n for n in _outputs(op) if E.base(kinds[n]) == E.TENSOR]
     return {
         "forward": op.name,
         "backward": backward.name,
@@ -70,14 +69,12 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
         "non_differentiable": list(pair.non_differentiable),
         "grad_params": [f"grad_{n}" for n in _outputs(op)],
         "grad_outputs": list(pair.grad_sources()),
-        "int_outputs": [n for n in _outputs(op) if n not in tensor_outputs],
         "call_args": call_args,
         "single_output": len(bwd_outputs) == 1,  # the op returns a Tensor, not a tuple
         "returns": "(" + ", ".join(returns) + ("," if len(returns) == 1 else "") + ")",
         "overrides": overrides,
         "overridden": overridden,  # the caller asked for something other than the overrides
         "overridden_outputs": _outputs_depending_on(op, {name for name, _ in pair.forward_overrides}),
-        "n_outputs": len(op.func.returns),
         "n_inputs": len(args),
         "uses_formulas": bool(formulas),
     }

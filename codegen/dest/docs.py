@@ -58,7 +58,6 @@ def op_context(op: OpEntry) -> dict[str, Any]:
         "autograd": autograd,
         "backward_of": [],
         "random": str(op.random_when) if op.random_when is not None else "",
-        "tags": list(op.tags),
     }
 
 
