@@ -193,7 +193,8 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors)
     outputs, int_outputs = _parse_outputs(e, func, name, env, path, errors)
     random_when = _parse_random(e, name, env, errors)
     for rule in rules:
-        if isinstance(rule, Check) and "data_dependent(" in str(rule.expr):
+        if isinstance(rule, Check) and any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "data_dependent"
+                                           for n in ast.walk(rule.expr.tree)):
             errors.add(rule.loc.line, name, "data_dependent() is only for the value of an int output")
     python_returns = _parse_python(e, func, name, errors)
     autograd = _parse_autograd(e, func, name, path, errors)
