@@ -17,15 +17,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extension", default="_C", help="name of the compiled Python module (PYBIND11_MODULE)")
     parser.add_argument("--docs", metavar="DIR", help="write the reference pages (docs/ops) instead of the code")
     parser.add_argument("--check", action="store_true", help="fail if generated files are stale; write nothing")
+    parser.add_argument("--torch", metavar="VERSION", help="resolve the registry's torch: ranges for this torch "
+                        "version (default: the installed torch)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
         if args.docs:
-            fm = generate_docs(args.registry, args.docs, check_only=args.check, namespace=args.namespace)
+            fm = generate_docs(args.registry, args.docs, check_only=args.check, namespace=args.namespace,
+                               torch_version=args.torch)
             args.out = args.docs
         else:
             fm = generate(args.registry, args.out, check_only=args.check, namespace=args.namespace,
-                          extension=args.extension)
+                          extension=args.extension, torch_version=args.torch)
     except RegistryError as e:
         print("\n".join(e.errors), file=sys.stderr)
         return 1

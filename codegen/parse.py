@@ -13,13 +13,14 @@ import yaml
 from torchgen.model import BaseTy, BaseType, FunctionSchema
 
 from codegen import expr as E
+from codegen import torch_version as TV
 from codegen.model import (AutogradPair, BackwardInput, Check, Formula, IntOutputRule, Let, Location, OpEntry,
                            OutputRule,
                            Registry, Rule)
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
-ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc"}
-CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let", "warn"}
+ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch"}
+CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let", "warn", "torch"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
 AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable", "forward_overrides"}
 PYTHON_KEYS = {"returns"}
@@ -82,14 +83,20 @@ def _keys(d: dict[str, Any]) -> list[str]:
     return [k for k in d if k not in META_KEYS]
 
 
-def load_registry(path: str, display_path: Optional[str] = None) -> Registry:
+def load_registry(path: str, display_path: Optional[str] = None, torch_version: Optional[str] = None) -> Registry:
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    return parse_registry(text, display_path or path)
+    return parse_registry(text, display_path or path, torch_version)
 
 
-def parse_registry(text: str, path: str) -> Registry:
+def parse_registry(text: str, path: str, torch_version: Optional[str] = None) -> Registry:
+    """``torch_version`` (default: the installed torch) resolves the ``torch:`` ranges: entries and
+    checks outside their range are left out, as if they were not written."""
     errors = _Errors(path)
+    try:
+        version = TV.parse_version(torch_version or TV.installed_torch_version())
+    except ValueError as e:
+        raise RegistryError([f"{path}: {e}"]) from None
     try:
         doc = load_document(text)
     except yaml.MarkedYAMLError as e:
@@ -115,7 +122,9 @@ def parse_registry(text: str, path: str) -> Registry:
             errors.add(starts[index], "", f"an entry must be a mapping with 'func:', got {entry!r}")
             continue
         entry_text = "".join(lines[starts[index] - 1: starts[index + 1] - 1])
-        op = _parse_entry(entry, entry_text, path, errors)
+        if not _in_torch_range(entry, version, _name_hint(entry), errors):
+            continue
+        op = _parse_entry(entry, entry_text, path, errors, version)
         if op is not None:
             ops.append(op)
             autograd_lines.setdefault(op.name, _autograd_lines(entry))
@@ -124,6 +133,18 @@ def parse_registry(text: str, path: str) -> Registry:
         raise RegistryError([m for _, m in sorted(errors.items, key=lambda x: x[0])])
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     return Registry(path=path, ops=tuple(ops), registry_hash=digest)
+
+
+def _in_torch_range(item: dict[str, Any], version: TV.Version, op: str, errors: _Errors) -> bool:
+    """False when ``item`` has a ``torch:`` range that ``version`` is outside of; an invalid range
+    is an error (at its line) and keeps the item, so the rest of it is checked too."""
+    if "torch" not in item:
+        return True
+    try:
+        return TV.contains(TV.parse_range(item["torch"]), version)
+    except ValueError as e:
+        errors.add(_line(item, "torch"), op, str(e))
+        return True
 
 
 def _name_hint(entry: Any) -> str:
@@ -148,7 +169,8 @@ def _autograd_lines(entry: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors) -> Optional[OpEntry]:
+def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
+                 version: TV.Version) -> Optional[OpEntry]:
     line = _line(e)
     func_text = e.get("func")
     if not isinstance(func_text, str):
@@ -189,7 +211,7 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors)
 
     rules: list[Rule] = []
     rules += _parse_dtypes(e, name, env, path, errors)
-    rules += _parse_checks(e, name, env, path, errors)
+    rules += _parse_checks(e, name, env, path, errors, version)
     outputs, int_outputs = _parse_outputs(e, func, name, env, path, errors)
     random_when = _parse_random(e, name, env, errors)
     for rule in rules:
@@ -287,7 +309,8 @@ def _literal(v: Any) -> str:
     return repr(v) if isinstance(v, str) else str(v)
 
 
-def _parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, errors: _Errors) -> list[Rule]:
+def _parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, errors: _Errors,
+                  version: TV.Version) -> list[Rule]:
     items = e.get("checks", [])
     if not isinstance(items, list):
         errors.add(_line(e, "checks"), op, "'checks:' must be a list")
@@ -304,9 +327,11 @@ def _parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, er
         for k in _keys(item):
             if k not in CHECK_KEYS:
                 errors.add(_line(item, k), op, f"unknown check key {k!r}; known: {', '.join(sorted(CHECK_KEYS))}")
+        if not _in_torch_range(item, version, op, errors):
+            continue
         if "let" in item:
             lets = item["let"]
-            if not isinstance(lets, dict) or len(_keys(item)) != 1:
+            if not isinstance(lets, dict) or len(set(_keys(item)) - {"torch"}) != 1:
                 errors.add(line, op, "'let:' must be a mapping of names to expressions, alone in its item")
                 continue
             for let_name in _keys(lets):
