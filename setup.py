@@ -53,7 +53,7 @@ class BuildPyWithGenerated(build_py):
 
 
 setup(
-    packages=["op_plugin"],
+    packages=["op_plugin", "op_plugin.models"],
     package_dir={"": "python"},
     ext_modules=[
         CppExtension(

@@ -1,12 +1,19 @@
 """Fused Floyd attention forward+backward against the composite einsum PyTorch with autograd.
 
 The composite materialises the 5-D score tensor [B,H,N,M,K] (two einsums, masked_fill, softmax,
-two einsums), as the issue's baseline. Figures: median time of each and their ratio, the op's
-GFLOP/s on the 10 GEMM-sized terms of forward + backward (4 forward, 6 backward, each
-2*B*H*N*M*K*D) against the machine's measured GEMM peak in the same dtype, and the peak extra
-memory of one step of each (RSS growth, fresh process). The extra memory includes the output and
-the five input gradients, which both produce; the part beyond them ("beyond outputs") is the
-working memory of each implementation.
+two einsums), as the issue's baseline. Figures: median time of each and their ratio; the op's
+GFLOP/s on the 14 GEMM-sized terms (each 2*B*H*N*M*K*D) it executes (forward: S = Q.K1 + Q.K2
+and O = P.V1 + P.V2; backward: S again, dP, dQ, dK1 + dK2, dV1 + dV2) against the machine's GEMM
+peak measured in the same dtype and run; the roofline ceiling (the composite's time over the
+time of those 14 terms at that peak: the largest speedup any P-recomputing kernel can reach);
+and the peak extra memory of one step of each (RSS growth, fresh process). The composite runs
+12 such terms: it keeps P instead of recomputing S. The extra memory includes the output and the
+five input gradients, which both produce; the part beyond them ("beyond outputs") is the working
+memory of each implementation.
+
+The large rows run one step of op_plugin alone at N=M=K=384 and 768 (the composite's score
+tensor alone would be 7.2 GB per copy at 768 in float32): time and peak extra memory, and that
+memory per byte of input, which stays flat when memory is linear in the input size.
 """
 from __future__ import annotations
 
@@ -45,7 +52,8 @@ def step(impl: str, xs: list[torch.Tensor], mask: torch.Tensor, grad: torch.Tens
 
 
 def flops(S: int) -> float:
-    return 10 * 2.0 * B * H * S ** 3 * D
+    """The 14 GEMM-sized terms op_plugin's forward + backward execute."""
+    return 14 * 2.0 * B * H * S ** 3 * D
 
 
 def output_mb(S: int, dtype: torch.dtype) -> float:
@@ -68,6 +76,24 @@ def measure_peak(impl: str, S: int, dtype_name: str) -> float:
     reset_peak_rss()
     step(impl, xs, mask, grad)
     return max(peak_rss_mb() - base, 0.0)
+
+
+def measure_large(S: int, dtype_name: str) -> list[float]:
+    """Fresh process: seconds of one op_plugin step, its peak extra RSS (MB) and the inputs' MB."""
+    import gc
+    import time
+
+    from common import peak_rss_mb, reset_peak_rss, rss_mb
+
+    xs, mask, grad = make_inputs(S, DTYPES[dtype_name])
+    gc.collect()
+    base = rss_mb()
+    reset_peak_rss()
+    start = time.perf_counter()
+    step("op_plugin", xs, mask, grad)
+    seconds = time.perf_counter() - start
+    inputs_mb = sum(x.numel() * x.element_size() for x in xs + [grad]) / 2 ** 20
+    return [seconds, max(peak_rss_mb() - base, 0.0), inputs_mb]
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:
@@ -93,4 +119,18 @@ def run(quick: bool = False) -> list[dict[str, object]]:
                               f"beyond the {outs:.0f} MB of outputs: {beyond_ours:.0f} vs {beyond_torch:.0f}, "
                               f"ratio {beyond_ours / beyond_torch:.3f})"),
         })
+        rows[-1]["roofline_ceiling"] = f"{t_torch / (flops(S) / peak / 1e9):.2f}x at 100% of the GEMM peak"
+    if not quick:
+        from common import run_in_fresh_process
+
+        for S_large in (384, 768):
+            seconds, extra, inputs = run_in_fresh_process("bench_fused_floyd_attention", "measure_large", S_large,
+                                                          "float32")
+            rows.append({
+                "workload": f"fused_floyd_attention fwd+bwd B={B} H={H} N=M=K={S_large} D={D} (op_plugin only)",
+                "dtype": "float32", "op_plugin_s": seconds, "pytorch_s": float("nan"), "speedup": float("nan"),
+                "throughput": f"{flops(S_large) / seconds / 1e9:.0f} GFLOP/s",
+                "peak_extra_mb": (f"{extra:.0f} MB for {inputs:.0f} MB of inputs and output grad "
+                                  f"({extra / inputs:.2f} MB per input MB)"),
+            })
     return rows

@@ -13,8 +13,8 @@ import torch
 
 from op_plugin.timing import median_seconds
 
-__all__ = ["median_seconds", "memcpy_bandwidth_gbs", "gemm_peak_gflops", "peak_extra_memory_mb", "rss_mb",
-           "reset_peak_rss", "peak_rss_mb"]
+__all__ = ["median_seconds", "memcpy_bandwidth_gbs", "gemm_peak_gflops", "peak_extra_memory_mb",
+           "run_in_fresh_process", "rss_mb", "reset_peak_rss", "peak_rss_mb"]
 
 
 def memcpy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
@@ -38,10 +38,15 @@ def peak_extra_memory_mb(module: str, function: str, *args: object) -> float:
     The function sets up its inputs, calls ``mark()`` (which records the RSS at that point) and
     then runs the workload; the growth of the peak RSS beyond the mark is the extra memory.
     """
+    return float(run_in_fresh_process(module, function, *args))
+
+
+def run_in_fresh_process(module: str, function: str, *args: object) -> object:
+    """Runs ``module.function(*args)`` in a fresh Python process and returns its JSON result."""
     code = (f"import json, resource, sys; sys.path.insert(0, {sys.path[0]!r}); import {module} as m; "
             f"print(json.dumps(m.{function}(*{list(args)!r})))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    return float(json.loads(out.strip().splitlines()[-1]))
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _status_mb(field: str) -> float:

@@ -21,6 +21,8 @@ import torch  # noqa: E402
 
 FAMILIES = ["block_attention_residuals", "fused_floyd_attention", "flash_attn", "flash_attn_peers", "swa"]
 
+KNOWN_KEYS = {"workload", "dtype", "op_plugin_s", "pytorch_s", "speedup", "throughput", "peak_extra_mb"}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -39,9 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     for family in args.families:
         module = importlib.import_module(f"bench_{family}")
         for row in module.run(quick=args.quick):
-            times = (f"{row['op_plugin_s'] * 1e3:8.1f}ms {row['pytorch_s'] * 1e3:8.1f}ms {row['speedup']:6.2f}x"
-                     if row['speedup'] == row['speedup'] else f"{'-':>10} {'-':>10} {'-':>7}")  # NaN: a memory-only row
-            print(f"{row['workload']:52} {row['dtype']:9} {times}  {row['throughput']}; {row['peak_extra_mb']}")
+            ours = f"{row['op_plugin_s'] * 1e3:8.1f}ms" if row['op_plugin_s'] == row['op_plugin_s'] else f"{'-':>10}"
+            theirs = (f"{row['pytorch_s'] * 1e3:8.1f}ms {row['speedup']:6.2f}x"  # NaN: no baseline in this row
+                      if row['speedup'] == row['speedup'] else f"{'-':>10} {'-':>7}")
+            extras = "".join(f"; {key.replace('_', ' ')}: {value}" for key, value in row.items() if key not in KNOWN_KEYS)
+            print(f"{row['workload']:52} {row['dtype']:9} {ours} {theirs}  {row['throughput']}; {row['peak_extra_mb']}"
+                  f"{extras}")
     return 0
 
 

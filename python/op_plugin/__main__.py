@@ -1,6 +1,8 @@
 """The op-plugin command line (also ``python -m op_plugin``).
 
     demo                  every op forward and backward against PyTorch (README's command 1)
+    demo train            train a small Block-AttnRes transformer on op_plugin's ops and its plain PyTorch
+                          twin side by side: loss curves (PNG), step-time ratio, peak memory
     doctor                torch, kernel library, ISA level, threads, build flags, strict mode
     list                  every op of the registry with its schema, one line each
     show OP               one op: schema, arguments, outputs, errors, device limits, autograd
@@ -121,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="op-plugin", description="op_plugin: CANN attention operators on the CPU",
                                      epilog="list, show, check and gen need the source tree (or OP_PLUGIN_ROOT)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="call every op forward and backward; compare with PyTorch; time both")
+    p = sub.add_parser("demo", help="call every op forward and backward; compare with PyTorch; time both "
+                                    "('demo train': train a small transformer on the ops against plain PyTorch)")
+    p.add_argument("what", nargs="?", choices=["train"], help="train: op_plugin.models.train (demo train --help)")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     sub.add_parser("doctor", help="torch version, kernel library, ISA level, threads, build flags, strict mode")
     p = sub.add_parser("list", help="every op with its schema")
     p.add_argument("--registry", help="a registry YAML (default: op_plugin_functions.yaml of the source tree)")
@@ -146,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "demo":
+        if args.what == "train":
+            from op_plugin.models.train import main as train
+
+            return train(args.train_args)
         from op_plugin.demo import run
 
         return run()
