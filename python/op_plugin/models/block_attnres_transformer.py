@@ -172,5 +172,7 @@ class BlockAttnResTransformer(nn.Module):
 
 
 def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean next-byte cross entropy (computed in float32 for low-precision logits)."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    """Mean next-byte cross entropy (in float32 for 16-bit logits)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
