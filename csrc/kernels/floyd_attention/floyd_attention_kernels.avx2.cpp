@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "floyd_attention.h"
+#include "kernels/common/simd.h"
 #include "op_plugin/parallel.h"
 
 namespace op_plugin {
@@ -73,27 +74,10 @@ struct V {
   static reg zero() { return _mm256_setzero_ps(); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
-  // Cephes expf polynomial on r = x - n*ln2, scaled by 2^n through the exponent field.
+  // exp(x) = 2^(x log2 e) through the attention engine's vector exp2 (kernels/common/simd.h):
+  // x <= -87.3 (masked keys, -inf) gives exactly 0, NaN stays NaN.
   static reg exp(reg x) {
-    const reg under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365478515625f), _CMP_LT_OQ);
-    // NaN propagates: min/max return their second operand when one is NaN
-    x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), x);
-    x = _mm256_max_ps(_mm256_set1_ps(-87.3365478515625f), x);
-    const reg n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    reg r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    reg y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r);
-    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
-    // 2^n for n in [-126, 127]: (n + 127) << 23.
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+    return isa_avx2::OpsAvx2F::exp2(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)));
   }
 };
 

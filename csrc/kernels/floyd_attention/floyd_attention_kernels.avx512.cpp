@@ -59,44 +59,11 @@ inline void cvt_row(const F16* src, float* dst, int64_t n) {
   }
 }
 
-struct V {
-  using reg = __m512;
-  using mask = __mmask16;
-  static constexpr int W = 16;
-  static constexpr int kMaxNV = 4;
-  static constexpr int kMaxRB1 = 12;
-  // 32 zmm registers: rb*nv accumulators + nv B vectors + 1 broadcast.
-  static int max_rb(int nv) { return nv == 1 ? 12 : nv == 2 ? 12 : nv == 3 ? 8 : 6; }
-  static mask tail(int64_t n) { return n >= 16 ? static_cast<mask>(0xffff) : static_cast<mask>((1u << n) - 1); }
-  static reg loadu(const float* p) { return _mm512_loadu_ps(p); }
-  static void storeu(float* p, reg v) { _mm512_storeu_ps(p, v); }
-  static reg load(const float* p, mask m) { return _mm512_maskz_loadu_ps(m, p); }
-  static void store(float* p, reg v, mask m) { _mm512_mask_storeu_ps(p, m, v); }
-  static reg set1(float x) { return _mm512_set1_ps(x); }
-  static reg zero() { return _mm512_setzero_ps(); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
-  // Cephes expf polynomial on r = x - n*ln2, |r| <= ln2/2, scaled by 2^n with vscalefps.
-  static reg exp(reg x) {
-    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_LT_OQ);
-    // NaN propagates: min/max return their second operand when one is NaN
-    x = _mm512_min_ps(_mm512_set1_ps(88.3762626647949f), x);
-    x = _mm512_max_ps(_mm512_set1_ps(-87.3365478515625f), x);
-    const reg n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    reg r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    reg y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r);
-    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _mm512_scalef_ps(y, n));
-  }
-};
+// exp(x) = 2^(x log2 e) through the attention engine's vector exp2 (kernels/common/simd.h):
+// one polynomial for every kernel; x = -inf (masked or padded keys) gives exactly 0, NaN stays NaN.
+inline __m512 exp_ps(__m512 x) {
+  return isa_avx512::Ops512Base::exp2(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)));
+}
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 inline float scalar_exp(float x) { return __builtin_expf(x); }
