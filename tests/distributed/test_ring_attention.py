@@ -34,7 +34,8 @@ CASES = {
     "causal_zigzag_mqa_dv_f32": (torch.float32, True, "zigzag", 1, 36, 3, 1, 16, 8, 0.3),
     "causal_zigzag_bf16": (torch.bfloat16, True, "zigzag", 1, 48, 4, 2, 32, 32, None),
 }
-# World 3 also runs this case on the subgroup of global ranks 1 and 2 (group ranks 0 and 1).
+# Also run on process subgroups: world 3 on global ranks 1 and 2 (group ranks 0 and 1), world 2 on
+# one group per rank (a ring of one).
 SUBGROUP_CASE = "causal_zigzag_f32"
 
 
@@ -71,6 +72,10 @@ def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
             sub = dist.new_group([1, 2])  # every rank must take part in creating it
             if rank in (1, 2):
                 results["subgroup"] = _run_case(SUBGROUP_CASE, rank - 1, 2, sub)
+        else:
+            # A ring of one: each rank alone in its group holds the whole sequence.
+            alone = [dist.new_group([r]) for r in range(world)][rank]
+            results["alone"] = _run_case(SUBGROUP_CASE, 0, 1, alone)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -160,6 +165,15 @@ def test_subgroup_ring_uses_group_ranks(ring_results) -> None:
     ours, ref = gathered(results, "subgroup", SUBGROUP_CASE), flash_attn_full(SUBGROUP_CASE, torch.float32)
     for t in ("out", "lse", "dq", "dk", "dv"):
         torch.testing.assert_close(ours[t], ref[t], rtol=1e-5, atol=1e-5, msg=lambda m, t=t: f"subgroup {t}: {m}")
+
+
+def test_ring_of_one_is_flash_attn(ring_results) -> None:
+    results = ring_results(2)
+    ref = flash_attn_full(SUBGROUP_CASE, torch.float32)
+    for rank, r in enumerate(results):
+        for t in ("out", "lse", "dq", "dk", "dv"):
+            torch.testing.assert_close(r["alone"][t], ref[t], rtol=1e-5, atol=1e-5,
+                                       msg=lambda m, t=t: f"rank {rank} alone {t}: {m}")
 
 
 @pytest.mark.parametrize("world", [2, 3])
