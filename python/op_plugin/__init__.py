@@ -53,3 +53,13 @@ def isa_level() -> str:
 
 
 __all__ = list(_op_names) + ["set_strict", "strict", "workspace_size", "isa_level"]
+
+
+def __getattr__(name: str) -> object:
+    # op_plugin.distributed (context-parallel ring attention) is loaded on first use, so that
+    # ``import op_plugin`` stays as it was; ``import op_plugin.distributed`` works as well.
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module("op_plugin.distributed")
+    raise AttributeError(f"module 'op_plugin' has no attribute {name!r}")
