@@ -14,8 +14,8 @@ Partitions for causal attention (see docs/distributed.md):
 - ``"zigzag"``: the sequence is cut into 2W chunks and rank r holds chunks r and 2W-1-r, so
   every rank does the same amount of work. ``shard_sequence``/``unshard_sequence`` convert.
 
-This module imports torch.distributed, so ``import op_plugin`` does not load it; use
-``import op_plugin.distributed`` (``op_plugin.distributed`` also works after ``import op_plugin``).
+``import op_plugin`` does not load this module; ``import op_plugin.distributed`` does, and so does
+the first use of the attribute ``op_plugin.distributed``.
 """
 from __future__ import annotations
 
