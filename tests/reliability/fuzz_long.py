@@ -1,7 +1,8 @@
-"""The long fuzz run of issue 7: python tests/reliability/fuzz_long.py [CALLS_PER_OP]
+"""The long fuzz run of issue 7: python tests/reliability/fuzz_long.py [CALLS_PER_OP [CASE ...]]
 
-Draws CALLS_PER_OP (default 10,000) malformed calls per op with the strategies of test_fuzz.py
-and prints, per op, how many raised a clear error and how many succeeded with checked outputs.
+Draws CALLS_PER_OP (default 10,000) malformed calls per case of test_fuzz.py (every op, forward
+and backward; CASE names select some, e.g. flash_attn_grad swa_backward) with its strategies
+and prints, per case, how many raised a clear error and how many succeeded with checked outputs.
 Any other outcome (a crash, a wrong shape, a non-finite output for finite inputs) stops the run.
 """
 from __future__ import annotations
@@ -19,8 +20,12 @@ import test_fuzz  # noqa: E402
 
 def main() -> int:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    names = sys.argv[2:] or list(test_fuzz._base_calls())
+    unknown = sorted(set(names) - set(test_fuzz._base_calls()))
+    if unknown:
+        raise SystemExit(f"unknown cases {unknown}; known: {sorted(test_fuzz._base_calls())}")
     total = Counter()
-    for name in test_fuzz._base_calls():
+    for name in names:
         outcomes: Counter = Counter()
         start = time.perf_counter()
 

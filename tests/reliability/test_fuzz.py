@@ -1,11 +1,19 @@
-"""Fuzzed calls (issue 7 item 1): malformed variants of a valid call of every op either raise a
-RuntimeError whose message names the op, or succeed with the shapes the fake function predicts
-and finite outputs for finite inputs. A crash would take the test process down.
+"""Fuzzed calls (issue 7 item 1): malformed variants of a valid call of every op, the backward
+ops called directly included, either raise a RuntimeError whose message names the op, or succeed
+with the shapes the fake function predicts and finite outputs for finite inputs. A crash would
+take the test process down.
+
+The backward ops start from a real forward call's outputs; the fuzzer then also hands them
+garbage statistics (softmax_lse, softmax_max/sum, inv_norm, probs: NaN, +-inf, +-1e4, random)
+and mismatched outputs (attn_out of other values or shapes). Garbage statistics may legitimately
+give non-finite gradients (exp(s - lse) overflows for lse = -1e4), so the finiteness check is
+dropped for those calls; the shape and no-crash checks stay.
 
 A short run is here (settings below); `python tests/reliability/fuzz_long.py` runs the long one.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -43,11 +51,65 @@ def _base_calls() -> dict[str, tuple[object, dict[str, object]]]:
                                                       atten_mask=TEMPLATE, pre_tockens=3, next_tockens=0, sparse_mode=4)),
         "swa_tnd": (ops.swa_forward.default, dict(query=t, key=t, value=t, head_num=4, input_layout="TND",
                                                   actual_seq_qlen=[5, 13], actual_seq_kvlen=[5, 13])),
+        **_backward_base_calls(),
+    }
+
+
+# Outputs of a forward call that its backward op reads back as statistics: garbage there may give
+# non-finite gradients, so a call with one of these mutated is not checked for finite outputs.
+STATISTICS = {"softmax_lse", "softmax_max", "softmax_sum", "inv_norm", "probs"}
+
+
+@functools.lru_cache(maxsize=1)
+def _backward_base_calls() -> dict[str, tuple[object, dict[str, object]]]:
+    """Each backward op, called directly with the outputs of a real forward call (cached: the
+    strategies call _base_calls() once per example)."""
+    ops = torch.ops.op_plugin
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=g)
+
+    q, kv = randn(1, 6, 4, 16), randn(1, 9, 2, 16)
+    fa = dict(mask_mode=3, attn_mask=TEMPLATE, softmax_scale=0.3)
+    out, lse = ops.flash_attn.default(q, kv, kv, **fa, return_softmax_lse=True)
+    t = randn(13, 4, 16)
+    cu = torch.tensor([0, 5, 13], dtype=torch.int32)
+    tnd = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, layout_q="TND", layout_kv="TND", layout_out="TND", mask_mode=4,
+               attn_mask=TEMPLATE, win_left=3, win_right=0, seqused_q=torch.tensor([4, 8]))
+    t_out, t_lse = ops.flash_attn.default(t, t, t, **tnd, return_softmax_lse=True)
+    swa = dict(atten_mask=TEMPLATE, pre_tockens=3, next_tockens=0, sparse_mode=4)
+    s_out, smax, ssum = ops.swa_forward.default(q, kv, kv, 4, "BSND", **swa, scale=0.3)[:3]
+    floyd = [randn(1, 1, 8, 8, 16) for _ in range(5)]
+    mask = torch.zeros(1, 1, 8, 1, 8, dtype=torch.bool)
+    mask[..., -2:] = True
+    f_max, f_sum, f_out = ops.fused_floyd_attention.default(*floyd, atten_mask=mask, scale_value=0.25)
+    bar = dict(partial_block=randn(5, 32), block_res=randn(5, 3, 32), proj_weight=randn(32), norm_weight=torch.ones(32))
+    _, inv_norm, probs = ops.block_attention_residuals.default(**bar)
+    return {
+        "flash_attn_grad": (ops.flash_attn_grad.default, dict(
+            q=q, k=kv, v=kv, dout=randn(*out.shape), attn_out=out, softmax_lse=lse, **fa)),
+        "flash_attn_grad_tnd": (ops.flash_attn_grad.default, dict(
+            q=t, k=t, v=t, dout=randn(*t_out.shape), attn_out=t_out, softmax_lse=t_lse, **tnd)),
+        "swa_backward": (ops.swa_backward.default, dict(
+            query=q, key=kv, value=kv, dy=randn(*s_out.shape), head_num=4, input_layout="BSND", softmax_max=smax,
+            softmax_sum=ssum, attention_in=s_out, scale_value=0.3, **swa)),
+        "fused_floyd_attention_grad": (ops.fused_floyd_attention_grad.default, dict(
+            grad_output=randn(*f_out.shape), query_ik=floyd[0], key_ij=floyd[1], value_ij=floyd[2], key_jk=floyd[3],
+            value_jk=floyd[4], attention_out=f_out, softmax_max=f_max, softmax_sum=f_sum, atten_mask=mask,
+            scale_value=0.25)),
+        "block_attention_residuals_grad": (ops.block_attention_residuals_grad.default, dict(
+            **bar, grad_hidden_states=randn(5, 32), inv_norm=inv_norm, probs=probs)),
     }
 
 
 def _mutate_tensor(draw, x: torch.Tensor) -> torch.Tensor:
-    kind = draw(st.sampled_from(["dtype", "rank", "size", "empty", "view", "nan", "huge", "garbage_int"]))
+    kind = draw(st.sampled_from(["dtype", "rank", "size", "empty", "view", "nan", "huge", "garbage_int", "garbage"]))
+    if kind == "garbage":  # other contents, same shape: a mismatched output, garbage statistics
+        if not x.is_floating_point():
+            return x
+        fill = draw(st.sampled_from(["randn", "nan", "inf", "-inf", "1e4", "-1e4", "0"]))
+        return torch.randn(x.shape).to(x.dtype) * 3 if fill == "randn" else torch.full_like(x, float(fill))
     if kind == "dtype":
         return x.to(draw(st.sampled_from(DTYPES)))
     if kind == "rank":
@@ -77,10 +139,13 @@ def _mutate_tensor(draw, x: torch.Tensor) -> torch.Tensor:
 
 @st.composite
 def malformed_calls(draw, name: str):
+    """(op, kwargs, check_finite): check_finite is False when a statistics input was mutated."""
     op, kwargs = _base_calls()[name]
     kwargs = dict(kwargs)
+    check_finite = True
     for _ in range(draw(st.integers(1, 2))):
         key = draw(st.sampled_from(sorted(kwargs)))
+        check_finite &= key not in STATISTICS
         value = kwargs[key]
         if isinstance(value, torch.Tensor):
             kwargs[key] = _mutate_tensor(draw, value)
@@ -94,10 +159,10 @@ def malformed_calls(draw, name: str):
             kwargs[key] = draw(st.sampled_from(["", "tnd", "BSH", "SBH", "BNSD", "XYZ", "BSND"]))
         elif isinstance(value, list):
             kwargs[key] = draw(st.lists(st.integers(-3, 20), min_size=0, max_size=4))
-    return op, kwargs
+    return op, kwargs, check_finite
 
 
-def check_one(op, kwargs: dict[str, object]) -> str:
+def check_one(op, kwargs: dict[str, object], check_finite: bool = True) -> str:
     """'error' (a clear exception) or 'ok' (checked outputs); raises AssertionError otherwise."""
     try:
         out = op(**kwargs)
@@ -121,7 +186,7 @@ def check_one(op, kwargs: dict[str, object]) -> str:
     # finite, moderate inputs (1e30 may overflow the math itself, as in PyTorch) give finite outputs
     inputs_finite = all(bool(torch.isfinite(v).all()) and bool((v.abs() < 1e15).all()) for v in kwargs.values()
                         if isinstance(v, torch.Tensor) and v.is_floating_point())
-    if inputs_finite and all(not isinstance(v, float) or abs(v) < 1e20 for v in kwargs.values()):
+    if check_finite and inputs_finite and all(not isinstance(v, float) or abs(v) < 1e20 for v in kwargs.values()):
         for o in outs:
             if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel():
                 finite = torch.isfinite(o) | torch.isposinf(o)  # lse +inf marks empty rows
@@ -138,3 +203,34 @@ def test_fuzzed_calls_raise_clear_errors_or_succeed(name: str) -> None:
         check_one(*call)
 
     run()
+
+
+def _tensor_keys(kwargs: dict[str, object]) -> list[str]:
+    return sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+
+
+@pytest.mark.parametrize("name", list(_base_calls()))
+def test_all_meta_call_gives_the_fake_shapes(name: str) -> None:
+    # Every tensor on the meta device: the registered fake runs (as for torch's own ops on meta).
+    op, kwargs = _base_calls()[name]
+    eager = op(**kwargs)
+    meta = op(**{k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+    for e, m in zip(eager if isinstance(eager, tuple) else (eager,), meta if isinstance(meta, tuple) else (meta,)):
+        if isinstance(e, torch.Tensor):
+            assert m.device.type == "meta" and m.shape == e.shape and m.dtype == e.dtype
+
+
+# Torch's own ops refuse a call mixing meta and CPU tensors (torch.add: "Tensor on device meta is
+# not on the expected device cpu!"; sdpa: "Expected query, key, and value to have the same device
+# type"). Here the dispatcher picks the Meta kernel, which is the registered fake: it checks shapes
+# only and returns uninitialized tensors on the first argument's device, silently. The fix belongs
+# in the generated fakes (templates/fakes.py.j2: one device for every tensor argument), which this
+# helper does not own; reported to the lead. strict: the test fails once the fakes check devices,
+# as a reminder to drop the marker.
+@pytest.mark.xfail(strict=True, reason="generated fakes do not check devices: a meta/CPU mix returns garbage")
+@pytest.mark.parametrize("name", list(_base_calls()))
+def test_meta_and_cpu_tensors_mixed_in_one_call_raise(name: str) -> None:
+    op, kwargs = _base_calls()[name]
+    for key in _tensor_keys(kwargs):
+        with pytest.raises(RuntimeError, match="device"):
+            op(**dict(kwargs, **{key: kwargs[key].to("meta")}))
