@@ -131,12 +131,11 @@ class BlockAttnResTransformer(nn.Module):
             kw.update(mask_mode=4, win_left=self.cfg.window - 1, win_right=0)
         return op_plugin.flash_attn(q, k, v, softmax_scale=q.shape[-1] ** -0.5, **kw)[0]
 
-    def block_residual(self, blocks: list[Tensor], partial: Tensor, res: BlockResidual) -> Tensor:
-        """Softmax attention over the completed blocks and the partial block ([B, S, H] each)."""
-        B, S, H = partial.shape
-        block_res = torch.stack(blocks, dim=2).view(B * S, len(blocks), H)
-        hidden = op_plugin.block_attention_residuals(partial.reshape(B * S, H), block_res, res.proj_weight,
-                                                     res.norm_weight, norm_eps=self.cfg.norm_eps)
+    def block_residual(self, blocks: Tensor, partial: Tensor, res: BlockResidual) -> Tensor:
+        """Softmax attention over the completed blocks [B, S, N, H] and the partial block [B, S, H]."""
+        B, S, N, H = blocks.shape
+        hidden = op_plugin.block_attention_residuals(partial.reshape(B * S, H), blocks.view(B * S, N, H),
+                                                     res.proj_weight, res.norm_weight, norm_eps=self.cfg.norm_eps)
         return hidden.view(B, S, H)
 
     def _rope(self, S: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -152,12 +151,15 @@ class BlockAttnResTransformer(nn.Module):
         B, S = tokens.shape
         x = self.embed(tokens)
         cos, sin = self._rope(S, x.dtype)
-        blocks: list[Tensor] = []
+        completed: list[Tensor] = []
+        blocks: Tensor | None = None  # completed blocks stacked [B, S, N, H] (set at layer 0's boundary)
         partial: Tensor | None = x  # the embedding becomes the first completed block at layer 0
         for i, layer in enumerate(self.layers):
             h = partial if layer.attn_res is None else self.block_residual(blocks, partial, layer.attn_res)
             if i % cfg.layers_per_block == 0:  # block boundary: the partial block is complete
-                blocks.append(partial)
+                completed.append(partial)
+                # one stacked copy serves (and is saved once for) every call until the next boundary
+                blocks = torch.stack(completed, dim=2)
                 partial = None
             a = layer.attn_norm(h)
             q = rotary(layer.q_proj(a).view(B, S, cfg.n_heads, cfg.head_dim), cos, sin)

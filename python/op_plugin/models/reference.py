@@ -12,6 +12,8 @@ with autograd doing the backward.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -19,6 +21,7 @@ from torch import Tensor
 from op_plugin.models.block_attnres_transformer import BlockAttnResTransformer, BlockResidual
 
 
+@functools.lru_cache(maxsize=8)  # built once per shape, as a real model would keep it
 def band_mask(S: int, window: int) -> Tensor:
     """SDPA keep-mask [S, S]: query i sees keys i - window + 1 .. i."""
     i = torch.arange(S).view(-1, 1)
@@ -26,9 +29,10 @@ def band_mask(S: int, window: int) -> Tensor:
     return (j <= i) & (j > i - window)
 
 
-def block_attention_residuals(blocks: list[Tensor], partial: Tensor, proj_weight: Tensor, norm_weight: Tensor,
+def block_attention_residuals(blocks: Tensor, partial: Tensor, proj_weight: Tensor, norm_weight: Tensor,
                               eps: float) -> Tensor:
-    v = torch.stack([*blocks, partial], dim=-2)  # [..., N+1, H], partial last
+    """blocks [..., N, H], partial [..., H] -> hidden [..., H]."""
+    v = torch.cat([blocks, partial.unsqueeze(-2)], dim=-2)  # [..., N+1, H], partial last
     inv = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
     logits = (v * inv * norm_weight) @ proj_weight  # [..., N+1]
     probs = logits.softmax(-1)
@@ -47,5 +51,5 @@ class ReferenceBlockAttnResTransformer(BlockAttnResTransformer):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         return out.transpose(1, 2)
 
-    def block_residual(self, blocks: list[Tensor], partial: Tensor, res: BlockResidual) -> Tensor:
+    def block_residual(self, blocks: Tensor, partial: Tensor, res: BlockResidual) -> Tensor:
         return block_attention_residuals(blocks, partial, res.proj_weight, res.norm_weight, self.cfg.norm_eps)
