@@ -38,7 +38,9 @@ build_flags = f"torch {torch.__version__}; kernels {helpers.KERNEL_CFLAGS}; isa 
 
 
 class BuildPyWithGenerated(build_py):
-    """Copies the generated Python modules into op_plugin/_generated/ and records the torch version."""
+    """Copies the generated Python modules into op_plugin/_generated/, the generator into
+    op_plugin/_tree/ (so op-plugin list/gen/new and op_package work without a checkout) and
+    records the torch version."""
 
     def run(self):
         super().run()
@@ -48,11 +50,15 @@ class BuildPyWithGenerated(build_py):
             shutil.copy(path, target)
         with open(os.path.join(target, "__init__.py"), "w") as f:
             f.write("# Modules generated from op_plugin_functions.yaml at build time.\n")
+        helpers.copy_tree_parts(ROOT, os.path.join(self.build_lib, "op_plugin", helpers.TREE))
         with open(os.path.join(self.build_lib, "op_plugin", "_build_info.py"), "w") as f:
             f.write(f'TORCH_VERSION = "{torch.__version__}"\nBUILD_FLAGS = {build_flags!r}\n')
 
 
 setup(
+    # The exact torch release this build's extension is compiled against (its C++ ABI is not stable
+    # across releases); op_plugin/__init__.py refuses to load under another.
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}", "jinja2", "pyyaml"],
     packages=["op_plugin", "op_plugin.models"],
     package_dir={"": "python"},
     ext_modules=[
@@ -64,7 +70,8 @@ setup(
             # -fopenmp: at::parallel_for is an inline OpenMP template; without it the kernels would run
             # on one thread. The libgomp it links is the one torch already loaded (same soname), so
             # torch.set_num_threads governs both.
-            extra_compile_args=["-O2", "-std=c++17", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'],
+            # No -std: torch's cpp_extension adds the standard its headers need (C++20).
+            extra_compile_args=["-O2", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'],
             extra_link_args=["-fopenmp"],
         )
     ],

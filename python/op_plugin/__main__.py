@@ -12,8 +12,9 @@
     bench [FAMILY ...]    the benchmarks' ratio table (benchmarks/run.py); --plot FILE.png draws
                           throughput against sequence length for the attention ops
 
-list, show, check, gen, new and bench read a registry or the benchmarks with op_plugin's generator (codegen/), which lives in
-the source tree: run them from a checkout, or point OP_PLUGIN_ROOT at one.
+list, show, check, gen and new use op_plugin's generator (codegen/, templates/): the one of the checkout
+around the working directory or at OP_PLUGIN_ROOT, else the copy the installed wheel carries. bench needs
+a checkout (benchmarks/).
 """
 from __future__ import annotations
 
@@ -25,25 +26,26 @@ from pathlib import Path
 
 
 def _source_root() -> Path:
-    """The op_plugin source tree (codegen/, templates/, op_plugin_functions.yaml), importable."""
+    """The op_plugin source tree (codegen/, templates/, op_plugin_functions.yaml), importable:
+    OP_PLUGIN_ROOT, a checkout around the working directory, or the wheel's copy (op_plugin/_tree)."""
     candidates = [Path(os.environ["OP_PLUGIN_ROOT"])] if os.environ.get("OP_PLUGIN_ROOT") else []
-    candidates += [Path.cwd(), *Path.cwd().parents]
+    candidates += [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parent / "_tree"]
     for root in candidates:
         if (root / "codegen" / "generate.py").is_file() and (root / "templates").is_dir():
             if str(root) not in sys.path:
                 sys.path.insert(0, str(root))
             return root
-    raise SystemExit("op-plugin: this command needs op_plugin's source tree (codegen/, templates/); "
-                     "run it from a checkout or set OP_PLUGIN_ROOT")
+    raise SystemExit("op-plugin: this command needs op_plugin's generator (codegen/, templates/), which is neither "
+                     "in a checkout here nor in the installed package; run it from a checkout or set OP_PLUGIN_ROOT")
 
 
-def _load(registry: str | None):
+def _load(registry: str | None, torch_version: str | None = None):
     root = _source_root()
     from codegen.parse import RegistryError, load_registry
 
     path = registry or str(root / "op_plugin_functions.yaml")
     try:
-        return load_registry(path, registry or "op_plugin_functions.yaml"), None
+        return load_registry(path, registry or "op_plugin_functions.yaml", torch_version), None
     except RegistryError as e:
         return None, e.errors
 
@@ -75,7 +77,8 @@ def _new(name: str, directory: str | None, namespace: str) -> int:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
         print(f"op-plugin new: {name!r} is not an op name (lower_case_with_underscores)", file=sys.stderr)
         return 1
-    target = Path(directory) if directory else root
+    # The wheel's copy of the tree is no place for new ops: without --dir they go to the working directory.
+    target = Path(directory) if directory else (Path.cwd() if root.name == "_tree" else root)
     registry = target / "op_plugin_functions.yaml"
     kernel_path = target / "csrc" / "kernels" / name / f"{name}_kernel.cpp"
     test_path = target / "tests" / "ops" / f"test_{name}.py"
@@ -104,6 +107,9 @@ def _new(name: str, directory: str | None, namespace: str) -> int:
 
 def _bench(families: list[str], quick: bool, plot_path: str | None) -> int:
     benchmarks = _source_root() / "benchmarks"
+    if not (benchmarks / "run.py").is_file():
+        raise SystemExit("op-plugin bench: the benchmarks are not installed with the wheel; run it from a checkout "
+                         "or set OP_PLUGIN_ROOT")
     sys.path.insert(0, str(benchmarks))
     import run  # benchmarks/run.py
 
@@ -121,7 +127,7 @@ def _bench(families: list[str], quick: bool, plot_path: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="op-plugin", description="op_plugin: CANN attention operators on the CPU",
-                                     epilog="list, show, check and gen need the source tree (or OP_PLUGIN_ROOT)")
+                                     epilog="bench needs a checkout (or OP_PLUGIN_ROOT)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="call every op forward and backward; compare with PyTorch; time both "
                                     "('demo train': train a small transformer on the ops against plain PyTorch)")
@@ -135,10 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--registry")
     p = sub.add_parser("check", help="validate a registry; errors as file:LINE; exit status 1 on errors")
     p.add_argument("registry", nargs="?")
+    p.add_argument("--torch", metavar="VERSION", help="resolve torch: ranges for this torch (default: the installed one)")
     p = sub.add_parser("gen", help="run the generator")
     p.add_argument("--out", required=True)
     p.add_argument("--registry")
     p.add_argument("--namespace", default="op_plugin")
+    p.add_argument("--torch", metavar="VERSION", help="resolve torch: ranges for this torch (default: the installed one)")
     p = sub.add_parser("new", help="scaffold an op: registry entry, kernel source with both stage functions, test")
     p.add_argument("name")
     p.add_argument("--dir", help="the tree to add it to (default: the source tree); gets op_plugin_functions.yaml, "
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return _new(args.name, args.dir, args.namespace)
     if args.command == "bench":
         return _bench(args.families, args.quick, args.plot)
-    registry, errors = _load(args.registry)
+    registry, errors = _load(args.registry, getattr(args, "torch", None))
     if errors:
         print("\n".join(errors), file=sys.stderr)
         return 1
@@ -192,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
         start = time.perf_counter()
         fm = generate(args.registry or str(_source_root() / "op_plugin_functions.yaml"), args.out,
-                      display_path=registry.path, namespace=args.namespace)
+                      display_path=registry.path, namespace=args.namespace, torch_version=args.torch)
         print(f"op-plugin gen: {len(registry.ops)} ops, {len(fm.written)} files written, {len(fm.unchanged)} unchanged "
               f"in {args.out} ({time.perf_counter() - start:.2f} s)")
         return 0

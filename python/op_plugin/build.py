@@ -1,7 +1,10 @@
 """Build helpers: run the generator, compile the torch-free kernel library, build the extension.
 
-Used by this project's setup.py (loaded by path, before op_plugin is installed) and meant for
-out-of-tree op packages, which import it from an installed op_plugin.
+Used by this project's setup.py (loaded by path, before op_plugin is installed) and by
+out-of-tree op packages, which import it from an installed op_plugin: ``op_package`` gives their
+setup.py everything to build their own registry and kernels (see tests/fixtures/toy_op/setup.py).
+The generator they need (codegen/, templates/, csrc/ runtime and headers) is found by
+``op_plugin_root``: a checkout, or the copy the wheel carries as ``op_plugin/_tree``.
 
 The kernel library is compiled by a generated ninja file rather than by setuptools, because
 kernels are compiled per ISA level: a source named ``*.avx512.cpp`` or ``*.avx2.cpp`` gets that
@@ -21,7 +24,51 @@ ISA_FLAGS = {
     "avx512": "-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c",
     "avx2": "-mavx2 -mfma -mf16c",
 }
+# The kernels are torch-free C++17. The bindings include torch's headers and get the C++ standard
+# torch's cpp_extension picks for them (C++20 since torch 2.13; torch 2.14's headers need it).
 KERNEL_CFLAGS = "-O3 -std=c++17 -fPIC -Wall -Wextra -fno-math-errno"
+# What of the source tree the wheel carries in op_plugin/_tree (setup.py copies them): enough to
+# run the generator and build another registry's ops without a checkout.
+TREE = "_tree"
+TREE_PARTS = ("codegen", "templates", os.path.join("csrc", "include"), os.path.join("csrc", "runtime"),
+              os.path.join("csrc", "bindings"), "op_plugin_functions.yaml")
+
+
+def is_source_tree(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "codegen", "generate.py")) and os.path.isdir(os.path.join(path, "templates"))
+
+
+def op_plugin_root(root: str | None = None) -> str:
+    """op_plugin's generator tree: ``root`` if given, else $OP_PLUGIN_ROOT, else the checkout this
+    module lies in (python/op_plugin/build.py), else the copy in the installed wheel (op_plugin/_tree)."""
+    explicit = root or os.environ.get("OP_PLUGIN_ROOT")
+    if explicit:
+        if not is_source_tree(explicit):
+            what = "op_plugin_root" if root else "OP_PLUGIN_ROOT"
+            raise ValueError(f"{what}={explicit!r} is not op_plugin's source tree (no codegen/generate.py and templates/)")
+        return os.path.abspath(explicit)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.dirname(os.path.dirname(here)), os.path.join(here, TREE)):
+        if is_source_tree(candidate):
+            return candidate
+    raise FileNotFoundError(f"op_plugin's generator is neither in a checkout around {here} nor in {TREE}/ of the "
+                            "installed package; reinstall op_plugin or set OP_PLUGIN_ROOT to a checkout")
+
+
+_find_root = op_plugin_root  # for functions whose argument of that name shadows it
+
+
+def copy_tree_parts(root: str, target: str) -> None:
+    """Copies TREE_PARTS of the source tree ``root`` into ``target`` (setup.py: op_plugin/_tree)."""
+    import shutil
+
+    for part in TREE_PARTS:
+        src, dst = os.path.join(root, part), os.path.join(target, part)
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(src, dst)
 
 
 def isa_of(source: str) -> str:
@@ -31,9 +78,12 @@ def isa_of(source: str) -> str:
     return suffix if suffix in ISA_FLAGS else ""
 
 
-def run_codegen(registry: str, out_dir: str, root: str) -> None:
-    """Runs ``python -m codegen`` from ``root`` (where the codegen package lives)."""
-    cmd = [sys.executable, "-m", "codegen", "--registry", registry, "--out", out_dir]
+def run_codegen(registry: str, out_dir: str, root: str, namespace: str = "op_plugin", extension: str = "_C") -> None:
+    """Runs ``python -m codegen`` from ``root`` (where the codegen package lives); it prints how
+    many files it wrote and how many were unchanged. Relative paths are relative to ``root``. The
+    registry's ``torch:`` ranges resolve against the torch of this interpreter."""
+    cmd = [sys.executable, "-m", "codegen", "--registry", os.path.join(root, registry),
+           "--out", os.path.join(root, out_dir), "--namespace", namespace, "--extension", extension]
     subprocess.run(cmd, check=True, cwd=root)
 
 
@@ -108,20 +158,20 @@ def kernel_sources(csrc: str) -> list[str]:
 
 
 def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: str, namespace: str,
-                     extension: str, op_plugin_root: str) -> str:
-    """Generates and compiles the ops of another registry as torch.ops.<namespace>.*.
+                     extension: str, op_plugin_root: str | None = None) -> str:
+    """Generates and compiles the ops of another registry as torch.ops.<namespace>.*, in process
+    (torch.utils.cpp_extension.load; a development loop, ``op_package`` is the setup.py path).
 
-    ``op_plugin_root`` is op_plugin's source tree (codegen/, templates/, csrc/). Returns the
+    ``op_plugin_root`` is op_plugin's source tree (default: ``op_plugin_root()``). Returns the
     directory of the generated Python modules (fakes.py, autograd.py, ops.py); import the
     extension module (returned by torch.utils.cpp_extension.load, already imported) first.
     """
     from torch.utils import cpp_extension
 
-    generated = os.path.join(build_dir, "generated")
-    cmd = [sys.executable, "-m", "codegen", "--registry", os.path.abspath(registry), "--out", generated,
-           "--namespace", namespace, "--extension", extension]
-    subprocess.run(cmd, check=True, cwd=op_plugin_root)
-    csrc = os.path.join(op_plugin_root, "csrc")
+    root = _find_root(op_plugin_root)
+    generated = os.path.abspath(os.path.join(build_dir, "generated"))
+    run_codegen(os.path.abspath(registry), generated, root, namespace, extension)
+    csrc = os.path.join(root, "csrc")
     sources = (sorted(glob.glob(os.path.join(generated, "bindings", "*.cpp"))) +
                sorted(glob.glob(os.path.join(csrc, "bindings", "*.cpp"))) +
                sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + [os.path.abspath(s) for s in kernel_sources])
@@ -134,5 +184,55 @@ def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: st
         raise ValueError("build_op_package compiles baseline kernels only; per-ISA sources need build_kernels")
     cpp_extension.load(name=extension, sources=sources, build_directory=build_dir,
                        extra_include_paths=[csrc, os.path.join(csrc, "include"), os.path.join(generated, "include")],
-                       extra_cflags=["-O2", "-std=c++17", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+                       extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
     return os.path.join(generated, "python")
+
+
+def op_package(package: str, registry: str, kernel_sources: Sequence[str], namespace: str | None = None,
+               build_dir: str = "build", op_plugin_root: str | None = None) -> dict:
+    """``setup(**op_package(...))``: builds an out-of-tree op package with op_plugin's machinery.
+
+    Generates ``registry`` (ops registered as torch.ops.<namespace>.*, default: the package's
+    name), compiles op_plugin's runtime and ``kernel_sources`` into a static library with ninja
+    (``*.avx512.cpp`` / ``*.avx2.cpp`` get their ISA's flags, as op_plugin's own kernels) and
+    returns ``ext_modules`` (the extension ``<package>._C`` from the generated bindings) and a
+    ``cmdclass`` whose build_py puts the generated fakes, autograd and wrappers into
+    ``<package>/_generated/``. The package's ``__init__.py`` imports ``op_plugin`` (the fakes use
+    its runtime helpers), then ``._C``, ``._generated.fakes``, ``._generated.autograd`` and
+    ``._generated.ops``.
+    """
+    import shutil
+
+    from setuptools.command.build_py import build_py
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+    root = _find_root(op_plugin_root)
+    namespace = namespace or package.rsplit(".", 1)[-1]
+    generated = os.path.abspath(os.path.join(build_dir, "generated"))
+    run_codegen(os.path.abspath(registry), generated, root, namespace, "_C")
+    csrc = os.path.join(root, "csrc")
+    include_dirs = [csrc, os.path.join(csrc, "include"), os.path.join(generated, "include")]
+    sources = sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + [os.path.abspath(s) for s in kernel_sources]
+    names = [os.path.basename(s) for s in sources]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:  # ar keeps one member per file name
+        raise ValueError(f"kernel_sources: file names must be unique and differ from op_plugin's runtime, "
+                         f"but {clashes} repeat")
+    library = build_kernels(os.path.join(build_dir, "kernels"), sources, include_dirs)
+    bindings = sorted(glob.glob(os.path.join(generated, "bindings", "*.cpp"))) + sorted(
+        glob.glob(os.path.join(csrc, "bindings", "*.cpp")))
+    extension = CppExtension(f"{package}._C", bindings, include_dirs=include_dirs, extra_objects=[library],
+                             extra_compile_args=["-O2", "-fopenmp"], extra_link_args=["-fopenmp"])
+
+    class BuildPyWithGenerated(build_py):
+        def run(self) -> None:
+            super().run()
+            target = os.path.join(self.build_lib, *package.split("."), "_generated")
+            os.makedirs(target, exist_ok=True)
+            for path in glob.glob(os.path.join(generated, "python", "*.py*")):
+                shutil.copy(path, target)
+            with open(os.path.join(target, "__init__.py"), "w") as f:
+                f.write(f"# Modules generated from {os.path.basename(registry)} by op_plugin's codegen.\n")
+
+    return {"ext_modules": [extension],
+            "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithGenerated}}

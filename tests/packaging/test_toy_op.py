@@ -1,50 +1,52 @@
-"""Adding an op is one registry entry plus one kernel: build a toy op and use it everywhere."""
+"""An out-of-tree op package (tests/fixtures/toy_op): its own setup.py, registry, kernel and torch
+namespace, built with the build helpers of the installed op_plugin and pip-installed into a
+temporary --target; a fresh interpreter imports it and runs its op forward, backward, through
+opcheck and under torch.compile(fullgraph=True)."""
 from __future__ import annotations
 
-import importlib.util
 import os
+import shutil
+import subprocess
 import sys
-
-import pytest
-import torch
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "toy_op")
 
-
-def _load_build_helpers():
-    spec = importlib.util.spec_from_file_location("op_plugin_build_src", os.path.join(ROOT, "python", "op_plugin", "build.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def toy_ops(tmp_path_factory):
-    import op_plugin  # noqa: F401  (the generated fakes use op_plugin's runtime helpers)
-
-    build_dir = str(tmp_path_factory.mktemp("toy_build"))
-    python_dir = _load_build_helpers().build_op_package(
-        os.path.join(FIXTURE, "op_plugin_functions.yaml"), [os.path.join(FIXTURE, "toy_square_scale_kernel.cpp")],
-        build_dir, namespace="op_plugin_toy", extension="op_plugin_toy_ext", op_plugin_root=ROOT)
-    modules = {}
-    for name in ("fakes", "autograd", "ops"):
-        spec = importlib.util.spec_from_file_location(f"op_plugin_toy_{name}", os.path.join(python_dir, f"{name}.py"))
-        modules[name] = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = modules[name]
-        spec.loader.exec_module(modules[name])
-    return modules["ops"]
-
-
-def test_toy_op_through_torch_ops_fake_autograd_and_compile(toy_ops) -> None:
+USE = textwrap.dedent("""
+    import os, sys, torch, op_plugin, toy_op
+    # the package from --target, the build helpers and runtime from the installed op_plugin
+    assert toy_op.__file__.startswith(os.environ["TARGET"]), toy_op.__file__
+    assert not op_plugin.__file__.startswith(os.environ["ROOT"]), op_plugin.__file__
     op = torch.ops.op_plugin_toy.toy_square_scale.default
     x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     torch.testing.assert_close(op(x, 3.0), 3.0 * x * x)
-    torch.testing.assert_close(toy_ops.toy_square_scale(x), 2.0 * x * x)  # the wrapper's default
-    assert torch.autograd.gradcheck(lambda t: toy_ops.toy_square_scale(t, alpha=0.5), (x,))
+    torch.testing.assert_close(toy_op.toy_square_scale(x), 2.0 * x * x)  # the wrapper's default
+    assert torch.autograd.gradcheck(lambda t: toy_op.toy_square_scale(t, alpha=0.5), (x,))
     torch.library.opcheck(op, (x.detach().float().requires_grad_(), 1.5))
-    with pytest.raises(RuntimeError, match="toy_square_scale: alpha must not be 0, but got 0.0"):
+    try:
         op(x, 0.0)
-    compiled = torch.compile(lambda t: toy_ops.toy_square_scale(t).sum(), fullgraph=True)
+        raise AssertionError("alpha=0 was accepted")
+    except RuntimeError as e:
+        assert "toy_square_scale: alpha must not be 0, but got 0.0" in str(e), e
+    compiled = torch.compile(lambda t: toy_op.toy_square_scale(t).sum(), fullgraph=True)
     torch.testing.assert_close(compiled(x), (2.0 * x * x).sum())
-    assert "y = alpha * x * x" in toy_ops.toy_square_scale.__doc__
+    (g,) = torch.autograd.grad(compiled(x), x)
+    torch.testing.assert_close(g, 4.0 * x)
+    assert "y = alpha * x * x" in toy_op.toy_square_scale.__doc__
+    print("ok")
+""")
+
+
+def test_out_of_tree_op_package(tmp_path) -> None:
+    src = tmp_path / "toy_op"
+    shutil.copytree(FIXTURE, src)
+    target = tmp_path / "site"
+    # Nothing points at the checkout: the build must find op_plugin's generator in the install.
+    env = {k: v for k, v in os.environ.items() if k not in ("OP_PLUGIN_ROOT", "PYTHONPATH")}
+    build = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+                            "--target", str(target), str(src)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    result = subprocess.run([sys.executable, "-c", USE], cwd=tmp_path, capture_output=True, text=True,
+                            env={**env, "PYTHONPATH": str(target), "TARGET": str(target), "ROOT": ROOT})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr

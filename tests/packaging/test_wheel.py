@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import venv
+import zipfile
 
 import torch
 
@@ -29,6 +30,11 @@ def test_wheel_in_fresh_venv(tmp_path) -> None:
                     "--wheel-dir", str(wheel_dir), ROOT], check=True)
     wheels = glob.glob(str(wheel_dir / "op_plugin-*.whl"))
     assert len(wheels) == 1, wheels
+    # The metadata pins the torch release the wheel was built against.
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        metadata = wheel.read("op_plugin-0.1.0.dist-info/METADATA").decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert f"torch=={torch.__version__.split('+')[0]}" in requires, requires
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
