@@ -25,9 +25,11 @@ def _op_context(op: OpEntry) -> dict[str, Any]:
     # with none makes them with torch.empty, which FakeTensorMode turns into fake tensors.
     like = next((f"{a.name}.new_empty" for a in op.func.arguments.flat_all if E.kind_of_type(a.type) == E.TENSOR),
                 "torch.empty")
+    tensors = [a.name for a in op.func.arguments.flat_all if E.base(E.kind_of_type(a.type)) == E.TENSOR]
     return {
         "name": op.name,
         "loc": op.loc,
+        "tensors": tensors if len(tensors) > 1 else [],
         "params": ", ".join(py.wrapper_params(op.registered_func)),
         "rules": rules,
         "like": like,

@@ -24,6 +24,20 @@ def _stats_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+def _same_device(op: str, **tensors: torch.Tensor | None) -> None:
+    """Every tensor argument on one device. The dispatcher sends a call that mixes meta and CPU
+    tensors to the fake (Meta outranks CPU), which would otherwise answer it with meta outputs."""
+    first: tuple[str, torch.device] | None = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if first is None:
+            first = (name, t.device)
+            continue
+        torch._check(t.device == first[1], lambda: (f"{op}: {name} is on {t.device} but {first[0]} is on "
+                                                    f"{first[1]}; all tensor arguments must be on one device"))
+
+
 def _upper(s: str) -> str:
     return s.upper()
 

@@ -227,12 +227,8 @@ def test_all_meta_call_gives_the_fake_shapes(name: str) -> None:
 
 # Torch's own ops refuse a call mixing meta and CPU tensors (torch.add: "Tensor on device meta is
 # not on the expected device cpu!"; sdpa: "Expected query, key, and value to have the same device
-# type"). Here the dispatcher picks the Meta kernel, which is the registered fake: it checks shapes
-# only and returns uninitialized tensors on the first argument's device, silently. The fix belongs
-# in the generated fakes (templates/fakes.py.j2: one device for every tensor argument), which this
-# helper does not own; reported to the lead. strict: the test fails once the fakes check devices,
-# as a reminder to drop the marker.
-@pytest.mark.xfail(strict=True, reason="generated fakes do not check devices: a meta/CPU mix returns garbage")
+# type"). The dispatcher sends such a call to the Meta kernel, which is the registered fake; the
+# generated fakes check that every tensor argument is on one device (op_plugin._runtime._same_device).
 @pytest.mark.parametrize("name", list(_base_calls()))
 def test_meta_and_cpu_tensors_mixed_in_one_call_raise(name: str) -> None:
     op, kwargs = _base_calls()[name]
