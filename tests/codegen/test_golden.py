@@ -191,13 +191,21 @@ def test_editing_one_entry_rewrites_only_its_files(tmp_path: Path) -> None:
     assert set(fm.written) == _files_of("op_b") | AGGREGATE - {"python/autograd.py"}
     assert set(fm.unchanged) == _files_of("op_a") | {"python/autograd.py"}
 
-    # Moving op_b down (a longer op_a doc) touches op_a's files, not op_b's: per-op files carry
-    # their entry's hash, not its line. Of the aggregates only the wrappers carry the doc, so the
-    # aggregate C++ (register_schema.cpp, helpers_module.cpp) is not recompiled.
-    reg.write_text(TWO_OPS.replace("int n=1", "int n=2").replace("doc: first", "doc: |\n    first\n    and more"))
+    # Editing op_a's doc in place: op_a's files and ops.py (its docstrings); the aggregate C++
+    # (register_schema.cpp, helpers_module.cpp) is not rewritten, so not recompiled.
+    edited = TWO_OPS.replace("int n=1", "int n=2").replace("doc: first", "doc: first, edited")
+    reg.write_text(edited)
     fm = generate(str(reg), str(out))
-    assert set(fm.written) == _files_of("op_a") | {"python/ops.py", "python/ops.pyi"}
-    assert set(fm.unchanged) == _files_of("op_b") | AGGREGATE - {"python/ops.py", "python/ops.pyi"}
+    assert set(fm.written) == _files_of("op_a") | {"python/ops.py"}
+    assert set(fm.unchanged) == _files_of("op_b") | AGGREGATE - {"python/ops.py"}
+
+    # Moving op_b down (a longer op_a doc) touches op_a's files, not op_b's: per-op files carry
+    # their entry's hash, not its line; register_schema.cpp and fakes.py name each op's file:LINE.
+    reg.write_text(edited.replace("doc: first, edited", "doc: |\n    first\n    and more"))
+    fm = generate(str(reg), str(out))
+    moved = {"python/ops.py", "bindings/register_schema.cpp", "python/fakes.py"}
+    assert set(fm.written) == _files_of("op_a") | moved
+    assert set(fm.unchanged) == _files_of("op_b") | AGGREGATE - moved
 
 
 # ---- generated Python is valid Python --------------------------------------------------------
