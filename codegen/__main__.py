@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"codegen: {len(fm.unchanged)} files up to date")
         return 0
-    print(f"codegen: {len(fm.written)} written, {len(fm.unchanged)} unchanged in {args.out} ({seconds:.2f} s)")
+    print(f"codegen: {fm.ops} ops, {len(fm.written)} written, {len(fm.unchanged)} unchanged in {args.out} "
+          f"({seconds:.2f} s)")
     return 0
 
 

@@ -39,6 +39,7 @@ class FileManager:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    ops: int = 0  # how many ops the files were generated from, for the summary line
 
     def write(self, relpath: str, template: str, source: str, **context: object) -> None:
         """Renders ``template`` into ``relpath``. ``source`` names what the file derives from and its

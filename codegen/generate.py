@@ -14,6 +14,7 @@ def generate(registry_path: str, out_dir: str, check_only: bool = False, display
     import os
     registry = load_registry(registry_path, display_path or os.path.basename(registry_path), torch_version)
     fm = FileManager(out_dir, check_only=check_only, env=jinja_environment(namespace=namespace, extension=extension))
+    fm.ops = len(registry.ops)
     for emit in EMITTERS:
         emit(registry, fm)
     fm.write_manifest()
@@ -27,6 +28,7 @@ def generate_docs(registry_path: str, docs_dir: str, check_only: bool = False,
     import os
     registry = load_registry(registry_path, display_path or os.path.basename(registry_path), torch_version)
     fm = FileManager(docs_dir, check_only=check_only, env=jinja_environment(namespace=namespace))
+    fm.ops = len(registry.ops)
     docs.emit(registry, fm)
     fm.write_manifest()
     return fm

@@ -102,7 +102,7 @@ def test_second_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture
     mtimes = {rel: os.stat(out / rel).st_mtime_ns for rel in first.written}
     registry = str(FIXTURES / "autograd.yaml")
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith(f"codegen: 0 written, {len(first.written)} unchanged in {out} (")
+    assert capsys.readouterr().out.startswith(f"codegen: 5 ops, 0 written, {len(first.written)} unchanged in {out} (")
     second = _generate("autograd", out)
     assert second.written == []
     assert sorted(second.unchanged) == sorted(first.written)
@@ -127,7 +127,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     assert edited.read_text() == hand_edit and not (out / "python/ops.pyi").exists()  # --check wrote nothing
 
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("codegen: 2 written, 14 unchanged")
+    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 14 unchanged")
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
 
 
