@@ -9,7 +9,11 @@ PY=${PYTHON:-python}
 # pip never fetches another torch for a build environment.
 $PY -m pip install --quiet "torch==2.13.0" "setuptools>=64" wheel jinja2 pyyaml ninja numpy pytest hypothesis expecttest matplotlib
 rm -rf dist
-$PY -m pip wheel --no-build-isolation --no-deps --wheel-dir dist . 2>&1 | grep -E "^(codegen|ninja|\[|Created|Successfully|ERROR)" || true
+# What the build did: the generator's summary (ops, files written/unchanged), then one line per
+# compile step (kernels by our ninja file, bindings by torch's; their long command lines cut to the file).
+$PY -m pip wheel -v --no-build-isolation --no-deps --wheel-dir dist . 2>&1 \
+  | grep -E "^\s*(codegen:|\[[0-9]+/[0-9]+\]|Created wheel|Successfully|ERROR|error:)" \
+  | sed -E "s/^\s+//; s/^(\[[0-9]+\/[0-9]+\]) c\+\+ .* -c (\S+) .*/\1 CXX \2/" || true
 wheel=$(ls dist/op_plugin-*.whl)
 $PY -m pip install --quiet --force-reinstall --no-deps "$wheel"
 echo "installed $wheel"
