@@ -9,7 +9,8 @@ fresh process) and writes the two loss curves to a PNG.
 The curves cannot be identical: the two models round differently (flash attention's online
 softmax against SDPA, a fused residual kernel against a composite), and training amplifies
 differences of 1e-6 step by step. They are required to agree within ``tolerance`` (the
-largest per-step loss difference), 0.05 in float32 and 0.15 in bfloat16 by default.
+largest per-step loss difference, in nats per byte; the loss starts at ln 256 = 5.5): 0.08 in
+float32 and 0.2 in bfloat16 by default (measured: about 0.03 and 0.1 over the default 300 steps).
 """
 from __future__ import annotations
 
@@ -33,13 +34,13 @@ from op_plugin.models.reference import ReferenceBlockAttnResTransformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 IMPLS = {"op_plugin": BlockAttnResTransformer, "reference": ReferenceBlockAttnResTransformer}
-TOLERANCE = {"float32": 0.05, "bfloat16": 0.15, "float64": 0.05}
+TOLERANCE = {"float32": 0.08, "bfloat16": 0.2, "float64": 0.08}
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 300
-    batch: int = 8
+    batch: int = 4
     seq_len: int = 256
     lr: float = 3e-3
     warmup: int = 30
@@ -208,7 +209,8 @@ def summary(results: dict[str, dict], memory: dict[str, float] | None) -> tuple[
     """The markdown table and the largest per-step loss difference."""
     skip = min(5, len(results["op_plugin"]["step_seconds"]) - 1)  # first steps: allocator and caches warm up
     med = {impl: statistics.median(r["step_seconds"][skip:]) for impl, r in results.items()}
-    diff = max(abs(a - b) for a, b in zip(results["op_plugin"]["losses"], results["reference"]["losses"]))
+    diffs = [abs(a - b) for a, b in zip(results["op_plugin"]["losses"], results["reference"]["losses"])]
+    diff = max(diffs)
     lines = ["| model | final loss | validation loss | median step | peak extra memory of a step |",
              "|---|---|---|---|---|"]
     for impl, r in results.items():
@@ -217,7 +219,7 @@ def summary(results: dict[str, dict], memory: dict[str, float] | None) -> tuple[
     ratio = med["reference"] / med["op_plugin"]
     lines.append("")
     lines.append(f"step-time ratio (reference / op_plugin): {ratio:.2f}x; "
-                 f"largest per-step loss difference: {diff:.4f}")
+                 f"largest per-step loss difference: {diff:.4f} (step {diffs.index(diff) + 1})")
     if memory:
         lines[-1] += f"; peak memory ratio (op_plugin / reference): {memory['op_plugin'] / max(memory['reference'], 1e-9):.2f}"
     return "\n".join(lines), diff
@@ -237,7 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, help="largest allowed per-step loss difference "
                                                         f"(default: {TOLERANCE})")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (two fresh processes)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be >= 1, but got {args.threads}")
+        torch.set_num_threads(args.threads)
 
     tc = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr, seed=args.seed,
                      dtype=args.dtype, warmup=min(defaults.warmup, max(args.steps // 10, 1)))
