@@ -193,7 +193,8 @@ def plot(path: str, results: dict[str, dict], title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for impl, style in (("reference", dict(color="tab:gray", lw=3, alpha=0.6)), ("op_plugin", dict(color="tab:blue", lw=1))):
+    styles = {"reference": dict(color="tab:gray", lw=3, alpha=0.6), "op_plugin": dict(color="tab:blue", lw=1)}
+    for impl, style in styles.items():
         ax.plot(range(1, len(results[impl]["losses"]) + 1), results[impl]["losses"], label=impl, **style)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (nats per byte)")
@@ -221,7 +222,8 @@ def summary(results: dict[str, dict], memory: dict[str, float] | None) -> tuple[
     lines.append(f"step-time ratio (reference / op_plugin): {ratio:.2f}x; "
                  f"largest per-step loss difference: {diff:.4f} (step {diffs.index(diff) + 1})")
     if memory:
-        lines[-1] += f"; peak memory ratio (op_plugin / reference): {memory['op_plugin'] / max(memory['reference'], 1e-9):.2f}"
+        ratio_mb = memory["op_plugin"] / max(memory["reference"], 1e-9)
+        lines[-1] += f"; peak memory ratio (op_plugin / reference): {ratio_mb:.2f}"
     return "\n".join(lines), diff
 
 
@@ -238,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", default="e2e_loss.png", help="where to write the loss curves (default: %(default)s)")
     parser.add_argument("--tolerance", type=float, help="largest allowed per-step loss difference "
                                                         f"(default: {TOLERANCE})")
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (two fresh processes)")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip the peak-memory measurement (two fresh processes)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
     args = parser.parse_args(argv)
     if args.threads is not None:
@@ -251,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ModelConfig()
     tokens = data.load_tokens(args.corpus)
     n_params = sum(p.numel() for p in BlockAttnResTransformer(cfg).parameters())
-    print(f"op-plugin demo train: {n_params / 1e6:.2f}M parameters, layers {'/'.join(cfg.layers)} (window {cfg.window}), "
+    print(f"op-plugin demo train: {n_params / 1e6:.2f}M parameters, layers {'/'.join(cfg.layers)} "
+          f"(window {cfg.window}), "
           f"AttnRes blocks of {cfg.layers_per_block} layers; {len(tokens) / 1e3:.0f} KB of text; {tc.steps} steps of "
           f"{tc.batch}x{tc.seq_len} bytes, {tc.dtype}, {torch.get_num_threads()} threads")
     results = train_both(cfg, tc, tokens)
