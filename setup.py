@@ -31,10 +31,15 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 import torch  # noqa: E402
 
 include_dirs = [os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "include"), os.path.join(ROOT, GENERATED, "include")]
-kernels_lib = helpers.build_kernels(os.path.join(ROOT, "build", "kernels"), helpers.kernel_sources(os.path.join(ROOT, "csrc")), include_dirs)
+# OP_PLUGIN_SANITIZE=1 (ci/sanitize.sh): ASan+UBSan kernels in their own directory, bindings and link too
+sanitize = helpers.sanitize_flags().split()
+kernels_dir = os.path.join(ROOT, "build", "kernels-sanitize" if sanitize else "kernels")
+kernels_lib = helpers.build_kernels(kernels_dir, helpers.kernel_sources(os.path.join(ROOT, "csrc")), include_dirs)
 
 binding_sources = sorted(glob.glob(os.path.join(GENERATED, "bindings", "*.cpp"))) + sorted(glob.glob(os.path.join("csrc", "bindings", "*.cpp")))
 build_flags = f"torch {torch.__version__}; kernels {helpers.KERNEL_CFLAGS}; isa variants {sorted(helpers.ISA_FLAGS)}"
+if sanitize:
+    build_flags += f"; sanitize {helpers.SANITIZE_FLAGS}"
 
 
 class BuildPyWithGenerated(build_py):
@@ -71,8 +76,8 @@ setup(
             # on one thread. The libgomp it links is the one torch already loaded (same soname), so
             # torch.set_num_threads governs both.
             # No -std: torch's cpp_extension adds the standard its headers need (C++20).
-            extra_compile_args=["-O2", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'],
-            extra_link_args=["-fopenmp"],
+            extra_compile_args=["-O2", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'] + sanitize,
+            extra_link_args=["-fopenmp"] + sanitize,
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithGenerated},

@@ -12,8 +12,12 @@
 #   OP_PLUGIN_TEST_ISA_LEVELS  levels to run each test at (default "native avx512 avx2 baseline";
 #                              "native" = the best the CPU has; others are set via OP_PLUGIN_ISA,
 #                              which caps the level, so a level the CPU lacks repeats a lower one)
-#   OP_PLUGIN_KERNEL_TESTS     only build and run tests whose name contains this string
+#   OP_PLUGIN_KERNEL_TESTS     only build and run tests whose name contains one of these
+#                              (space-separated) strings
 #   CXX, JOBS, PYTHON          test compiler (g++), parallel jobs (nproc), python running the build
+#   OP_PLUGIN_SANITIZE=1       library and tests with ASan+UBSan (build.py's SANITIZE_FLAGS), in
+#                              build/kernels-sanitize and build/kernel_tests-sanitize by default;
+#                              set ASAN_OPTIONS (e.g. detect_leaks=1) as ci/sanitize.sh does
 #
 # The library follows the build convention of python/op_plugin/build.py: *.avx512.cpp and
 # *.avx2.cpp get their ISA flags, every other .cpp baseline flags. Exit status is non-zero if a
@@ -22,14 +26,18 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 GEN_INCLUDE=$(realpath "${1:-${OP_PLUGIN_GENERATED_INCLUDE:-$ROOT/build/generated/include}}")
-OUT=${OP_PLUGIN_KERNEL_TEST_DIR:-$ROOT/build/kernel_tests}
-LIB_DIR=${OP_PLUGIN_KERNEL_LIB_DIR:-$ROOT/build/kernels}
+SUFFIX=$([ "${OP_PLUGIN_SANITIZE:-}" = 1 ] && echo -sanitize || true)
+OUT=${OP_PLUGIN_KERNEL_TEST_DIR:-$ROOT/build/kernel_tests$SUFFIX}
+LIB_DIR=${OP_PLUGIN_KERNEL_LIB_DIR:-$ROOT/build/kernels$SUFFIX}
 LEVELS=${OP_PLUGIN_TEST_ISA_LEVELS:-"native avx512 avx2 baseline"}
 CXX=${CXX:-g++}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 PY=${PYTHON:-python}
 
 BASE_FLAGS="-std=c++17 -O3 -fPIC -Wall -Wextra -pthread -I$ROOT/csrc/include -I$ROOT/csrc -I$GEN_INCLUDE"
+if [ -n "$SUFFIX" ]; then  # the flags the library gets from build.py, which reads OP_PLUGIN_SANITIZE too
+  BASE_FLAGS="$BASE_FLAGS $(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.SANITIZE_FLAGS)')"
+fi
 
 if [ ! -d "$GEN_INCLUDE/op_plugin/ops" ]; then
   echo "build_and_run.sh: no generated headers in $GEN_INCLUDE/op_plugin/ops (pass the directory" \
@@ -71,7 +79,11 @@ tests=()
 for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
   [ -e "$test_src" ] || continue
   name=$(basename "$test_src" .cpp)
-  case "$name" in *${OP_PLUGIN_KERNEL_TESTS:-}*) ;; *) continue ;; esac
+  if [ -n "${OP_PLUGIN_KERNEL_TESTS:-}" ]; then
+    keep=
+    for want in $OP_PLUGIN_KERNEL_TESTS; do case "$name" in *"$want"*) keep=1 ;; esac; done
+    [ -n "$keep" ] || continue
+  fi
   # shellcheck disable=SC2086
   if [ "$status" -eq 0 ] && $CXX $BASE_FLAGS "$test_src" "$LIB" -o "$OUT/$name"; then
     tests+=("$name")
