@@ -27,7 +27,7 @@ git ls-files -z --cached | xargs -0 cp --parents -t "$SRC"
 cd "$SRC"
 start=$(date +%s)
 "$PY" -m pip wheel -v --no-build-isolation --no-deps --wheel-dir dist . >build.log 2>&1 || { tail -60 build.log; exit 1; }
-grep -E "^codegen:" build.log
+grep -E "^\s*codegen:" build.log | sed -E "s/^\s+//" || true
 "$PY" -m pip install --quiet --force-reinstall --no-deps dist/op_plugin-*.whl
 echo "built and installed against torch $TORCH in $(( $(date +%s) - start )) s"
 (cd /tmp && "$PY" -m op_plugin doctor | head -3)
