@@ -122,22 +122,3 @@ def test_nan_propagates_in_block_attention_residuals_and_floyd() -> None:
     expected = torch.zeros(16, 16, dtype=torch.bool)
     expected[3] = True
     assert torch.equal(nan_pairs, expected)
-
-
-@pytest.mark.slow
-def test_more_than_2_pow_31_elements() -> None:
-    # 64-bit indexing (issue 7 item 6): block_res with 2^31 + 2^20 elements (bfloat16, 4 GB); a
-    # sample of rows, among them the last ones, against the float64 composite.
-    from op_plugin import reference
-
-    T, N, H = (2 ** 31 + 2 ** 20) // 1024, 1, 1024
-    g = torch.Generator().manual_seed(0)
-    partial = torch.randn(T, H, generator=g, dtype=torch.bfloat16)
-    blocks = torch.empty(T, N, H, dtype=torch.bfloat16).normal_(generator=g)
-    assert blocks.numel() > 2 ** 31
-    proj, norm = torch.randn(H, generator=g, dtype=torch.bfloat16) / 32, torch.ones(H, dtype=torch.bfloat16)
-    hidden = op_plugin.block_attention_residuals(partial, blocks, proj, norm)
-    rows = torch.tensor([0, 1, T // 2, 2 ** 21 + 7, T - 2, T - 1])
-    expected = reference.block_attention_residuals(partial[rows].double(), blocks[rows].double(), proj.double(),
-                                                   norm.double())[0]
-    torch.testing.assert_close(hidden[rows].double(), expected, rtol=2e-2, atol=2e-2)
