@@ -7,6 +7,9 @@ PY=${PYTHON:-python}
 # Torch-free kernel tests (C++), against the headers the build generated.
 $PY -m codegen --out build/generated >/dev/null
 bash tests/kernels/build_and_run.sh build/generated/include
+# The same under ASan+UBSan+LeakSanitizer, reduced (native ISA level, no swa test; about 3 min);
+# the full sanitizer runs, the Python op suite included, are `bash ci/sanitize.sh` (docs/reliability.md).
+PYTHON=$PY bash ci/sanitize.sh kernels-ci
 
 # Codegen, ops, packaging. Slow tests (marked) stay out of the default run.
 $PY -m pytest tests -q -m "not slow" "$@"
