@@ -57,8 +57,8 @@ build() {
 # The op suite, minus what cannot run under ASan:
 # - test_ten_thousand_calls_do_not_grow_memory measures resident memory, which ASan's quarantine
 #   (freed blocks held back to catch use-after-free) grows by design; leaks are LSan's job below.
-# - slow tests (-m "not slow"): the >2^31-element tests need 4-14 GB; ASan's shadow and redzones
-#   would double that on a 24 GB machine.
+# - slow tests (-m "not slow"): the >2^31-element tests need 8-13 GB; ASan's shadow memory and
+#   redzones would push that past a 24 GB machine.
 python_suite() {
   echo "== tests/ops and tests/reliability under ASan+UBSan"
   local start=$SECONDS
