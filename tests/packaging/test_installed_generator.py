@@ -25,7 +25,8 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_wheel_carries_the_generator() -> None:
     package = _installed_package()
-    assert ROOT not in package.parents, f"op_plugin is imported from the checkout ({package}), not an install"
+    # A venv inside the checkout (README's .venv) is an install too; the checkout's package is python/op_plugin.
+    assert package != ROOT / "python" / "op_plugin", f"op_plugin is imported from the checkout ({package}), not an install"
     tree = package / "_tree"
     for part in ("codegen/generate.py", "codegen/torch_version.py", "templates/op_binding.cpp.j2",
                  "templates/scaffold/kernel.cpp.j2", "csrc/runtime/executor.cpp", "csrc/bindings/torch_glue.cpp",

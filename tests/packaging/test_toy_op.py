@@ -17,7 +17,7 @@ USE = textwrap.dedent("""
     import os, sys, torch, op_plugin, toy_op
     # the package from --target, the build helpers and runtime from the installed op_plugin
     assert toy_op.__file__.startswith(os.environ["TARGET"]), toy_op.__file__
-    assert not op_plugin.__file__.startswith(os.environ["ROOT"]), op_plugin.__file__
+    assert not op_plugin.__file__.startswith(os.path.join(os.environ["ROOT"], "python")), op_plugin.__file__
     op = torch.ops.op_plugin_toy.toy_square_scale.default
     x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     torch.testing.assert_close(op(x, 3.0), 3.0 * x * x)
