@@ -1,6 +1,7 @@
 // Fused Floyd attention, AVX2 build (-mavx2 -mfma -mf16c). Everything here lives in
 // op_plugin::floyd::avx2 so no inline function is shared with other ISA builds; only the
-// C-level headers below and op_plugin/parallel.h (ISA-neutral) are used.
+// C-level headers, kernels/common/simd.h (its own namespace isa_avx2) and
+// op_plugin/parallel.h (ISA-neutral) are used.
 // GCC 12 reports its own AVX intrinsics (`__m512 __Y = __Y;` in the headers) as maybe
 // uninitialized once they are inlined at -O3; the warning is a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"

@@ -1,6 +1,7 @@
 // Fused Floyd attention, AVX-512 build (-mavx512f/bw/vl/dq, FMA, F16C). Everything here lives in
 // op_plugin::floyd::avx512 so no inline function is shared with other ISA builds; only the
-// C-level headers below and op_plugin/parallel.h (ISA-neutral) are used.
+// C-level headers, kernels/common (simd.h, gemm_ukernel.h: their own namespace isa_avx512) and
+// op_plugin/parallel.h (ISA-neutral) are used.
 // GCC 12 reports its own AVX intrinsics (`__m512 __Y = __Y;` in the headers) as maybe
 // uninitialized once they are inlined at -O3; the warning is a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
