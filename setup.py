@@ -6,7 +6,6 @@ would download another torch): pip install --no-build-isolation .
 import glob
 import importlib.util
 import os
-import shutil
 import sys
 
 from setuptools import setup
@@ -49,12 +48,8 @@ class BuildPyWithGenerated(build_py):
 
     def run(self):
         super().run()
-        target = os.path.join(self.build_lib, "op_plugin", "_generated")
-        os.makedirs(target, exist_ok=True)
-        for path in glob.glob(os.path.join(GENERATED, "python", "*.py*")):
-            shutil.copy(path, target)
-        with open(os.path.join(target, "__init__.py"), "w") as f:
-            f.write("# Modules generated from op_plugin_functions.yaml at build time.\n")
+        helpers.copy_generated_python(GENERATED, os.path.join(self.build_lib, "op_plugin", "_generated"),
+                                      "op_plugin_functions.yaml")
         helpers.copy_tree_parts(ROOT, os.path.join(self.build_lib, "op_plugin", helpers.TREE))
         with open(os.path.join(self.build_lib, "op_plugin", "_build_info.py"), "w") as f:
             f.write(f'TORCH_VERSION = "{torch.__version__}"\nBUILD_FLAGS = {build_flags!r}\n')

@@ -83,6 +83,18 @@ def copy_tree_parts(root: str, target: str) -> None:
             shutil.copy(src, dst)
 
 
+def copy_generated_python(generated: str, target: str, registry: str) -> None:
+    """Copies the generated Python modules (generated/python: fakes, autograd, ops, .pyi) into the
+    package directory ``target`` (``<package>/_generated``), made a package of its own."""
+    import shutil
+
+    os.makedirs(target, exist_ok=True)
+    for path in glob.glob(os.path.join(generated, "python", "*.py*")):
+        shutil.copy(path, target)
+    with open(os.path.join(target, "__init__.py"), "w") as f:
+        f.write(f"# Modules generated from {os.path.basename(registry)} by op_plugin's codegen.\n")
+
+
 def isa_of(source: str) -> str:
     """'avx512' for foo.avx512.cpp, 'avx2' for foo.avx2.cpp, '' for baseline sources."""
     stem = os.path.basename(source)[: -len(".cpp")]
@@ -213,8 +225,6 @@ def op_package(package: str, registry: str, kernel_sources: Sequence[str], names
     its runtime helpers), then ``._C``, ``._generated.fakes``, ``._generated.autograd`` and
     ``._generated.ops``.
     """
-    import shutil
-
     from setuptools.command.build_py import build_py
     from torch.utils.cpp_extension import BuildExtension, CppExtension
 
@@ -239,12 +249,7 @@ def op_package(package: str, registry: str, kernel_sources: Sequence[str], names
     class BuildPyWithGenerated(build_py):
         def run(self) -> None:
             super().run()
-            target = os.path.join(self.build_lib, *package.split("."), "_generated")
-            os.makedirs(target, exist_ok=True)
-            for path in glob.glob(os.path.join(generated, "python", "*.py*")):
-                shutil.copy(path, target)
-            with open(os.path.join(target, "__init__.py"), "w") as f:
-                f.write(f"# Modules generated from {os.path.basename(registry)} by op_plugin's codegen.\n")
+            copy_generated_python(generated, os.path.join(self.build_lib, *package.split("."), "_generated"), registry)
 
     return {"ext_modules": [extension],
             "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithGenerated}}
