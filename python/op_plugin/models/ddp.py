@@ -42,6 +42,21 @@ def train_single(cfg: ModelConfig, tc: TrainConfig, impl: str = "op_plugin", cor
             for step, (x, y) in enumerate(_global_batches(tc, corpus))]
 
 
+def _train_rank(rank: int, world: int, cfg: dict, tc: dict, impl: str, corpus: str | None) -> list[float]:
+    model_cfg = ModelConfig(**{**cfg, "layers": tuple(cfg["layers"])})
+    train_cfg = TrainConfig(**tc)
+    model = DistributedDataParallel(make_model(impl, model_cfg, train_cfg.seed, DTYPES[train_cfg.dtype]))
+    opt = make_optimizer(model, train_cfg)
+    local = train_cfg.batch // world
+    losses = []
+    for step, (x, y) in enumerate(_global_batches(train_cfg, corpus)):
+        rows = slice(rank * local, (rank + 1) * local)
+        loss = train_step(model, opt, x[rows], y[rows], lr_at(step, train_cfg), train_cfg.clip)
+        dist.all_reduce(loss)  # sum of the ranks' means; equal token counts: /world is the global mean
+        losses.append(loss.item() / world)
+    return losses
+
+
 def _worker(rank: int, world: int, store: str, out: str, cfg: dict, tc: dict, impl: str, corpus: str | None,
             threads: int) -> None:
     torch.set_num_threads(threads)
@@ -49,22 +64,21 @@ def _worker(rank: int, world: int, store: str, out: str, cfg: dict, tc: dict, im
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=COLLECTIVE_TIMEOUT)
     try:
-        model_cfg = ModelConfig(**{**cfg, "layers": tuple(cfg["layers"])})
-        train_cfg = TrainConfig(**tc)
-        model = DistributedDataParallel(make_model(impl, model_cfg, train_cfg.seed, DTYPES[train_cfg.dtype]))
-        opt = make_optimizer(model, train_cfg)
-        local = train_cfg.batch // world
-        losses = []
-        for step, (x, y) in enumerate(_global_batches(train_cfg, corpus)):
-            rows = slice(rank * local, (rank + 1) * local)
-            loss = train_step(model, opt, x[rows], y[rows], lr_at(step, train_cfg), train_cfg.clip)
-            dist.all_reduce(loss)  # sum of the ranks' means; equal token counts: /world is the global mean
-            losses.append(loss.item() / world)
+        losses = _train_rank(rank, world, cfg, tc, impl, corpus)
         if rank == 0:
             with open(out, "w") as f:
                 json.dump(losses, f)
+        dist.barrier()  # no rank tears down while a peer is still in a collective
     finally:
         dist.destroy_process_group()
+    # Done: leave without interpreter finalization. DDP's reducer keeps the gloo group and its
+    # worker threads alive past destroy_process_group (without DDP they are joined there), and a
+    # gloo thread that releases a collective's tensor once finalization has begun cannot take the
+    # GIL and aborts the process: "terminate called without an active exception" at exit, about
+    # one run in ten on 2 cores (pytorch/pytorch#179291). Nothing of this worker needs finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def train_ddp(cfg: ModelConfig, tc: TrainConfig, world: int = 2, impl: str = "op_plugin", corpus: str | None = None,
