@@ -36,8 +36,8 @@ def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048) -> float:
 def peak_extra_memory_mb(module: str, function: str, *args: object) -> float:
     """Runs ``module.function(*args)`` in a fresh process and returns its peak RSS growth (MB).
 
-    The function sets up its inputs, calls ``mark()`` (which records the RSS at that point) and
-    then runs the workload; the growth of the peak RSS beyond the mark is the extra memory.
+    The function sets up its inputs, takes ``base = rss_mb()`` and calls ``reset_peak_rss()``, runs
+    the workload and returns ``peak_rss_mb() - base``: the extra memory the workload held.
     """
     return float(run_in_fresh_process(module, function, *args))
 
