@@ -284,7 +284,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, partition: 
             raise ValueError(f"{name} must be 4D (B, S_local, N, D), but got {t.dim()}D with shape {tuple(t.shape)}")
         if t.device.type != "cpu":
             raise ValueError(f"{name} must be a CPU tensor (op_plugin's kernels run on the CPU), but got {t.device}")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+    if q.dtype not in _DTYPES:
         raise TypeError(f"q must have dtype float16, bfloat16, float32 or float64, but got {q.dtype}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"k and v must have q's dtype {q.dtype}, but got {k.dtype} and {v.dtype}")
@@ -314,6 +314,42 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, partition: 
                          "for 1/sqrt(D)")
 
 
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _call_signature(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, partition: str,
+                    scale: float) -> torch.Tensor:
+    """What every rank of the ring must agree on, as one float64 vector (each entry exact)."""
+    return torch.tensor([*q.shape, *k.shape[2:], v.size(3), _DTYPES.index(q.dtype), causal,
+                         PARTITIONS.index(partition), scale], dtype=torch.float64)
+
+
+def _describe(sig: list[float]) -> str:
+    B, S, N1, D, N2, _, Dv, dtype, causal, partition, scale = sig
+    return (f"q ({int(B)}, {int(S)}, {int(N1)}, {int(D)}), k ({int(B)}, {int(S)}, {int(N2)}, {int(D)}), "
+            f"v ({int(B)}, {int(S)}, {int(N2)}, {int(Dv)}), {_DTYPES[int(dtype)]}, causal={bool(causal)}, "
+            f"partition={PARTITIONS[int(partition)]!r}, softmax_scale={scale:g}")
+
+
+def _check_ranks_agree(sig: torch.Tensor, ring: _Ring) -> None:
+    """Raises on every rank, with the same message, when the ranks' calls differ.
+
+    The ring exchanges fixed-size buffers, so a rank with other shapes would make its neighbour's
+    receive fail inside gloo (an abort) or wait forever; one small all_gather per call turns that
+    into an error every rank raises.
+    """
+    if ring.world == 1:
+        return
+    sigs = [torch.empty_like(sig) for _ in range(ring.world)]
+    dist.all_gather(sigs, sig, group=ring.group)
+    rows = [s.tolist() for s in sigs]
+    differ = [r for r in range(ring.world) if rows[r] != rows[0]]
+    if differ:
+        raise ValueError(f"every rank of the group must call ring_flash_attn with the same shapes, dtype, causal, "
+                         f"partition and softmax_scale, but group rank 0 passed {_describe(rows[0])} and group "
+                         f"rank {differ[0]} passed {_describe(rows[differ[0]])}")
+
+
 def ring_flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     softmax_scale: float | None = None, partition: str = "contiguous",
                     group: dist.ProcessGroup | None = None,
@@ -329,8 +365,9 @@ def ring_flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     global log-sum-exp ([B, N1, S_local], float32; float64 for float64 inputs; no gradient).
     Autograd works: dq, dk and dv are this rank's shards of the full gradients.
 
-    Every rank of the group must call it with the same causal/partition/scale: the ring steps are
-    collective.
+    Every rank of the group must call it with the same shapes, dtype, causal, partition and
+    softmax_scale (the ring steps are collective); a call where they differ raises ValueError on
+    every rank.
     """
     _check_inputs(q, k, v, partition, softmax_scale)
     if not dist.is_available() or not dist.is_initialized():
@@ -339,5 +376,6 @@ def ring_flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     ring = _Ring(group)
     if ring.rank < 0:
         raise ValueError("group must contain this rank (dist.get_rank(group) is -1)")
+    _check_ranks_agree(_call_signature(q, k, v, bool(causal), partition, scale), ring)
     out, lse = _RingFlashAttn.apply(q, k, v, scale, bool(causal), partition, ring)
     return (out, lse) if return_softmax_lse else out

@@ -61,6 +61,16 @@ def _run_case(name: str, rank: int, world: int, group: dist.ProcessGroup | None)
     return {"out": out.detach(), "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
+def _mismatch_error(rank: int) -> str:
+    """Each rank passes another local length: every rank must raise, none may hang or abort."""
+    q = torch.zeros(1, 2 * (rank + 1), 2, 8)
+    try:
+        ring_flash_attn(q, q, q)
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
 def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -76,6 +86,7 @@ def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
             # A ring of one: each rank alone in its group holds the whole sequence.
             alone = [dist.new_group([r]) for r in range(world)][rank]
             results["alone"] = _run_case(SUBGROUP_CASE, 0, 1, alone)
+        results["mismatch"] = _mismatch_error(rank)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -192,6 +203,15 @@ def test_bfloat16_within_twice_the_error_of_plain_flash_attn(ring_results, world
         assert our_err <= 2 * plain_err, (f"world {world} {t}: error {our_err:.3g} exceeds 2x plain "
                                           f"bfloat16 flash_attn's {plain_err:.3g}")
     torch.testing.assert_close(ours["lse"], ref["lse"].float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_with_different_shapes_all_raise_the_same_error(ring_results, world) -> None:
+    errors = [r["mismatch"] for r in ring_results(world)]
+    assert errors == [errors[0]] * world, errors
+    assert "every rank of the group must call ring_flash_attn with the same shapes" in errors[0], errors[0]
+    assert "group rank 0 passed q (1, 2, 2, 8)" in errors[0], errors[0]
+    assert "group rank 1 passed q (1, 4, 2, 8)" in errors[0], errors[0]
 
 
 # --------------------------------------------------------------------------------------------
