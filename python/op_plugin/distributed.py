@@ -27,6 +27,7 @@ import torch.distributed as dist
 __all__ = ["ring_flash_attn", "shard_sequence", "unshard_sequence", "PARTITIONS"]
 
 PARTITIONS = ("contiguous", "zigzag")
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 # flash_attn's mask_mode 3 is causal aligned bottom-right; with equal query and key lengths that
 # is the usual top-left causal mask. The op wants the device's 2048x2048 template (contents ignored).
@@ -312,9 +313,6 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, partition: 
         # flash_attn_grad reads 0.0 as 1/sqrt(D), so forward and backward would disagree.
         raise ValueError("softmax_scale must not be 0.0 (flash_attn_grad reads 0.0 as 1/sqrt(D)); pass None "
                          "for 1/sqrt(D)")
-
-
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _call_signature(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, partition: str,
