@@ -101,6 +101,10 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
         # The dispatcher picks a kernel from the tensor arguments; an op that may be called with
         # none (only optional tensors) is registered for every backend.
         "dispatch_key": "CPU" if has_tensor_input else "CompositeExplicitAutograd",
+        # An op without an 'autograd:' pairing (a backward op, a metadata op) has no derivative:
+        # torch's not-implemented Autograd kernel makes backward through it raise "derivative for
+        # <op> is not implemented" instead of the deprecated silent fallthrough.
+        "no_derivative": has_tensor_input and op.autograd is None,
         "rules": _rules(op),
         "outputs": outputs,
         "int_outputs": [o.name for o in op.int_outputs],

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "bindings/torch_glue.h"
@@ -56,6 +57,11 @@ int64_t toy_dropout_grad_workspace_size(const at::Tensor & grad_y, double p, int
 
 TORCH_LIBRARY_IMPL(op_plugin, CPU, m) {
   m.impl("toy_dropout_grad", TORCH_FN(toy_dropout_grad_cpu));
+}
+
+// No 'autograd:' pairing: backward through this op raises "derivative for ... is not implemented".
+TORCH_LIBRARY_IMPL(op_plugin, Autograd, m) {
+  m.impl("toy_dropout_grad", torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace op_plugin::generated

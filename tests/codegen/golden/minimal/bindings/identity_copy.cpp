@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "bindings/torch_glue.h"
@@ -56,6 +57,11 @@ int64_t identity_copy_workspace_size(const at::Tensor & x) {
 
 TORCH_LIBRARY_IMPL(op_plugin, CPU, m) {
   m.impl("identity_copy", TORCH_FN(identity_copy_cpu));
+}
+
+// No 'autograd:' pairing: backward through this op raises "derivative for ... is not implemented".
+TORCH_LIBRARY_IMPL(op_plugin, Autograd, m) {
+  m.impl("identity_copy", torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace op_plugin::generated

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "bindings/torch_glue.h"
@@ -86,6 +87,11 @@ int64_t masked_mix_workspace_size(const at::Tensor & x, const ::std::optional<at
 
 TORCH_LIBRARY_IMPL(op_plugin, CPU, m) {
   m.impl("masked_mix", TORCH_FN(masked_mix_cpu));
+}
+
+// No 'autograd:' pairing: backward through this op raises "derivative for ... is not implemented".
+TORCH_LIBRARY_IMPL(op_plugin, Autograd, m) {
+  m.impl("masked_mix", torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace op_plugin::generated
