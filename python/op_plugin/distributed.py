@@ -317,30 +317,43 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, partition: 
 
 def _call_signature(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, partition: str,
                     scale: float) -> torch.Tensor:
-    """What every rank of the ring must agree on, as one float64 vector (each entry exact)."""
-    return torch.tensor([*q.shape, *k.shape[2:], v.size(3), _DTYPES.index(q.dtype), causal,
+    """What every rank of the ring must agree on, as one float64 vector (each entry exact).
+
+    Entry 0 is 1 for a call that passed its own checks; _REFUSED (all zeros) stands for one that did not.
+    """
+    return torch.tensor([1, *q.shape, *k.shape[2:], v.size(3), _DTYPES.index(q.dtype), causal,
                          PARTITIONS.index(partition), scale], dtype=torch.float64)
 
 
+_REFUSED = torch.zeros(12, dtype=torch.float64)
+
+
 def _describe(sig: list[float]) -> str:
-    B, S, N1, D, N2, _, Dv, dtype, causal, partition, scale = sig
+    _, B, S, N1, D, N2, _, Dv, dtype, causal, partition, scale = sig
     return (f"q ({int(B)}, {int(S)}, {int(N1)}, {int(D)}), k ({int(B)}, {int(S)}, {int(N2)}, {int(D)}), "
             f"v ({int(B)}, {int(S)}, {int(N2)}, {int(Dv)}), {_DTYPES[int(dtype)]}, causal={bool(causal)}, "
             f"partition={PARTITIONS[int(partition)]!r}, softmax_scale={scale:g}")
 
 
 def _check_ranks_agree(sig: torch.Tensor, ring: _Ring) -> None:
-    """Raises on every rank, with the same message, when the ranks' calls differ.
+    """Raises on every rank when a rank refused its arguments or the ranks' calls differ.
 
     The ring exchanges fixed-size buffers, so a rank with other shapes would make its neighbour's
-    receive fail inside gloo (an abort) or wait forever; one small all_gather per call turns that
-    into an error every rank raises.
+    receive fail inside gloo (an abort) or wait forever, and a rank that raised on its own
+    arguments would leave the others waiting; one small all_gather per call turns both into errors
+    that every rank raises. A rank passing _REFUSED raises its own error after this returns.
     """
     if ring.world == 1:
         return
     sigs = [torch.empty_like(sig) for _ in range(ring.world)]
     dist.all_gather(sigs, sig, group=ring.group)
+    if sig is _REFUSED:
+        return
     rows = [s.tolist() for s in sigs]
+    refused = [r for r in range(ring.world) if rows[r][0] == 0]
+    if refused:
+        raise ValueError(f"group rank {refused[0]} refused its ring_flash_attn arguments (its own error says why); "
+                         f"every rank of the group must make a valid call")
     differ = [r for r in range(ring.world) if rows[r] != rows[0]]
     if differ:
         raise ValueError(f"every rank of the group must call ring_flash_attn with the same shapes, dtype, causal, "
@@ -364,16 +377,21 @@ def ring_flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     Autograd works: dq, dk and dv are this rank's shards of the full gradients.
 
     Every rank of the group must call it with the same shapes, dtype, causal, partition and
-    softmax_scale (the ring steps are collective); a call where they differ raises ValueError on
-    every rank.
+    softmax_scale (the ring steps are collective); a call where they differ, or where one rank's
+    arguments are refused, raises ValueError on every rank (that rank raises its own error).
     """
-    _check_inputs(q, k, v, partition, softmax_scale)
     if not dist.is_available() or not dist.is_initialized():
+        _check_inputs(q, k, v, partition, softmax_scale)  # argument errors come first, as with a group
         raise RuntimeError("ring_flash_attn needs torch.distributed initialized (dist.init_process_group)")
-    scale = q.size(3) ** -0.5 if softmax_scale is None else float(softmax_scale)
     ring = _Ring(group)
     if ring.rank < 0:
         raise ValueError("group must contain this rank (dist.get_rank(group) is -1)")
+    try:
+        _check_inputs(q, k, v, partition, softmax_scale)
+    except (TypeError, ValueError):
+        _check_ranks_agree(_REFUSED, ring)  # the other ranks raise too instead of waiting in the ring
+        raise
+    scale = q.size(3) ** -0.5 if softmax_scale is None else float(softmax_scale)
     _check_ranks_agree(_call_signature(q, k, v, bool(causal), partition, scale), ring)
     out, lse = _RingFlashAttn.apply(q, k, v, scale, bool(causal), partition, ring)
     return (out, lse) if return_softmax_lse else out

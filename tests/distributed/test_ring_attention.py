@@ -71,6 +71,16 @@ def _mismatch_error(rank: int) -> str:
     return "no error"
 
 
+def _refused_error(rank: int) -> str:
+    """Group rank 1 passes a 3D q: it raises its own error, and the others must raise, not wait."""
+    q = torch.zeros(1, 4, 2, 8)
+    try:
+        ring_flash_attn(q[0] if rank == 1 else q, q, q)
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
 def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -87,6 +97,7 @@ def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
             alone = [dist.new_group([r]) for r in range(world)][rank]
             results["alone"] = _run_case(SUBGROUP_CASE, 0, 1, alone)
         results["mismatch"] = _mismatch_error(rank)
+        results["refused"] = _refused_error(rank)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -212,6 +223,15 @@ def test_ranks_with_different_shapes_all_raise_the_same_error(ring_results, worl
     assert "every rank of the group must call ring_flash_attn with the same shapes" in errors[0], errors[0]
     assert "group rank 0 passed q (1, 2, 2, 8)" in errors[0], errors[0]
     assert "group rank 1 passed q (1, 4, 2, 8)" in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_rank_refusing_its_arguments_makes_every_rank_raise(ring_results, world) -> None:
+    errors = [r["refused"] for r in ring_results(world)]
+    assert errors[1].startswith("q must be 4D (B, S_local, N, D), but got 3D"), errors[1]
+    for rank in set(range(world)) - {1}:
+        assert errors[rank] == ("group rank 1 refused its ring_flash_attn arguments (its own error says why); "
+                                "every rank of the group must make a valid call"), (rank, errors[rank])
 
 
 # --------------------------------------------------------------------------------------------
