@@ -9,7 +9,7 @@
 #   OP_PLUGIN_KERNEL_TEST_DIR  where the test binaries and logs go (default build/kernel_tests)
 #   OP_PLUGIN_KERNEL_LIB_DIR   where the kernel library is built (default build/kernels, shared
 #                              with the extension build)
-#   OP_PLUGIN_TEST_ISA_LEVELS  levels to run each test at (default "native avx512 avx2 baseline";
+#   OP_PLUGIN_TEST_ISA_LEVELS  levels to run each test at (default "native avx512_bf16 avx512 avx2 baseline";
 #                              "native" = the best the CPU has; others are set via OP_PLUGIN_ISA,
 #                              which caps the level, so a level the CPU lacks repeats a lower one)
 #   OP_PLUGIN_KERNEL_TESTS     only build and run tests whose name contains one of these
@@ -29,7 +29,7 @@ GEN_INCLUDE=$(realpath "${1:-${OP_PLUGIN_GENERATED_INCLUDE:-$ROOT/build/generate
 SUFFIX=$([ "${OP_PLUGIN_SANITIZE:-}" = 1 ] && echo -sanitize || true)
 OUT=${OP_PLUGIN_KERNEL_TEST_DIR:-$ROOT/build/kernel_tests$SUFFIX}
 LIB_DIR=${OP_PLUGIN_KERNEL_LIB_DIR:-$ROOT/build/kernels$SUFFIX}
-LEVELS=${OP_PLUGIN_TEST_ISA_LEVELS:-"native avx512 avx2 baseline"}
+LEVELS=${OP_PLUGIN_TEST_ISA_LEVELS:-"native avx512_bf16 avx512 avx2 baseline"}
 CXX=${CXX:-g++}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 PY=${PYTHON:-python}

@@ -11,7 +11,7 @@ import torch
 import op_plugin
 from op_plugin import _C
 
-ISA_LEVELS = ("baseline", "avx2", "avx512", "avx512_bf16")
+ISA_LEVELS = ("baseline", "avx2", "avx512", "avx512_bf16", "avx512_amx")
 
 
 def run_python(code: str, **env: str) -> str:

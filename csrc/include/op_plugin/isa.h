@@ -8,10 +8,11 @@ enum class Isa : int {
   kAvx2 = 1,        // AVX2 + FMA + F16C
   kAvx512 = 2,      // AVX-512 F/BW/VL/DQ + FMA + F16C
   kAvx512Bf16 = 3,  // AVX-512 as above + AVX512_BF16 dot products
+  kAvx512Amx = 4,   // AVX512_BF16 as above + AMX-BF16 tiles for the bf16 GEMMs (the OS granted them)
 };
 
 // The best level this CPU supports, capped by the environment variable OP_PLUGIN_ISA
-// (baseline, avx2, avx512, avx512_bf16) so tests can force a lower level. Read once.
+// (baseline, avx2, avx512, avx512_bf16, avx512_amx) so tests can force a lower level. Read once.
 Isa active_isa();
 const char* isa_name(Isa isa);
 

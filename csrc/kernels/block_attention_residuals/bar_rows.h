@@ -94,7 +94,7 @@ namespace avx512 {
 extern const RowKernels<float> kFloat;
 extern const RowKernels<Half> kHalf;
 extern const RowKernels<BFloat16> kBFloat16;
-extern const RowKernels<BFloat16> kBFloat16Native;  // Isa::kAvx512Bf16: native bf16 rounding
+extern const RowKernels<BFloat16> kBFloat16Native;  // Isa::kAvx512Bf16 and up: native bf16 rounding
 }  // namespace avx512
 
 }  // namespace bar

@@ -132,7 +132,7 @@ const RowKernels<Half>& row_kernels<Half>(Isa isa) {
 }
 template <>
 const RowKernels<BFloat16>& row_kernels<BFloat16>(Isa isa) {
-  if (isa == Isa::kAvx512Bf16) return avx512::kBFloat16Native;
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512Bf16)) return avx512::kBFloat16Native;
   return simd_table(isa, avx512::kBFloat16, avx2::kBFloat16);
 }
 template <>

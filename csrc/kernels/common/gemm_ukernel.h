@@ -24,16 +24,24 @@
 //              exactly at the end of a user tensor.
 // Register tile: MR rows x NV vectors of accumulators, one B vector load per (k, vector),
 // one broadcast per (k, row). AVX-512: 6 x 4 zmm (24 accumulators + 4 B + 1 A of 32 zmm);
-// AVX2: 6 x 2 ymm (12 + 2 + 1 of 16); portable: 4 x 2.
+// AVX2: 6 x 2 ymm (12 + 2 + 1 of 16); portable: 4 x 2. bf16 pairs on a CPU with AMX go to the
+// tile kernel of gemm_amx.h instead.
 #pragma once
 #include <cstdint>
 
 #include "kernels/common/simd.h"
+#include "op_plugin/isa.h"
 
 namespace op_plugin {
 namespace OP_ISA_NS {
-
 enum GemmMode : int { kOverwrite = 0, kAccumulate = 1, kScaleAccumulate = 2 };
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin
+
+#include "kernels/common/gemm_amx.h"
+
+namespace op_plugin {
+namespace OP_ISA_NS {
 
 template <class Ops>
 struct GemmTile {
@@ -155,6 +163,13 @@ inline void gemm(int64_t M, int64_t N, int64_t K, const typename Ops::T* A, int6
   constexpr int KP = Ops::KP;
   constexpr int NV = GemmTile<Ops>::NV;
   if (M <= 0 || N <= 0) return;
+#if defined(__AVX512BF16__)
+  if constexpr (Ops::kNativeBf16) {
+    // AMX tiles where the CPU has them (Isa::kAvx512Amx); gemm_amx.h says why and how.
+    static const bool amx = active_isa() == Isa::kAvx512Amx;
+    if (amx && K > 0 && amx::gemm_bf16(M, N, K, A, sam, sak, B, ldb, C, ldc, rs, mode)) return;
+  }
+#endif
   for (int64_t n0 = 0; n0 < N; n0 += NV * W) {
     const int64_t ncols = imin(N - n0, NV * W);
     const int nv = static_cast<int>((ncols + W - 1) / W);

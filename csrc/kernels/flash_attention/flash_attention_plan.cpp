@@ -16,6 +16,7 @@ namespace isa_avx512 { const Kernels& kernels_table(bool bf16); }
 const Kernels& kernels() {
   static const Kernels* chosen = [] {
     switch (active_isa()) {
+      case Isa::kAvx512Amx:  // the same kernels; their bf16 GEMMs take the AMX tiles (gemm_amx.h)
       case Isa::kAvx512Bf16: return &isa_avx512::kernels_table(true);
       case Isa::kAvx512: return &isa_avx512::kernels_table(false);
       case Isa::kAvx2: return &isa_avx2::kernels_table();
