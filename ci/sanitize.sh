@@ -40,7 +40,7 @@ kernels() {
 }
 
 kernels_ci() {
-  OP_PLUGIN_TEST_ISA_LEVELS=native OP_PLUGIN_KERNEL_TESTS="flash_attention floyd block_attention" kernels
+  OP_PLUGIN_TEST_ISA_LEVELS=native OP_PLUGIN_KERNEL_TESTS="flash_attention floyd block_attention gemm" kernels
 }
 
 build() {

@@ -20,7 +20,7 @@
 #                              set ASAN_OPTIONS (e.g. detect_leaks=1) as ci/sanitize.sh does
 #
 # The library follows the build convention of python/op_plugin/build.py: *.avx512.cpp and
-# *.avx2.cpp get their ISA flags, every other .cpp baseline flags. Exit status is non-zero if a
+# *.avx2.cpp get their ISA flags, every other .cpp baseline flags (tests too: test_*.avx512.cpp). Exit status is non-zero if a
 # build or a test fails.
 set -euo pipefail
 
@@ -38,6 +38,9 @@ BASE_FLAGS="-std=c++17 -O3 -fPIC -Wall -Wextra -pthread -I$ROOT/csrc/include -I$
 if [ -n "$SUFFIX" ]; then  # the flags the library gets from build.py, which reads OP_PLUGIN_SANITIZE too
   BASE_FLAGS="$BASE_FLAGS $(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.SANITIZE_FLAGS)')"
 fi
+
+# Tests named test_*.avx512.cpp exercise AVX-512 code directly and get the library's AVX-512 flags.
+AVX512_FLAGS=$(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.ISA_FLAGS["avx512"])')
 
 if [ ! -d "$GEN_INCLUDE/op_plugin/ops" ]; then
   echo "build_and_run.sh: no generated headers in $GEN_INCLUDE/op_plugin/ops (pass the directory" \
@@ -84,8 +87,10 @@ for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
     for want in $OP_PLUGIN_KERNEL_TESTS; do case "$name" in *"$want"*) keep=1 ;; esac; done
     [ -n "$keep" ] || continue
   fi
+  flags=$BASE_FLAGS
+  case "$name" in *.avx512) flags="$flags $AVX512_FLAGS" ;; esac
   # shellcheck disable=SC2086
-  if [ "$status" -eq 0 ] && $CXX $BASE_FLAGS "$test_src" "$LIB" -o "$OUT/$name"; then
+  if [ "$status" -eq 0 ] && $CXX $flags "$test_src" "$LIB" -o "$OUT/$name"; then
     tests+=("$name")
   else
     echo "build failed: $name" >&2
