@@ -65,6 +65,7 @@ __attribute__((target("amx-tile,amx-bf16"))) inline bool gemm_bf16(int64_t M, in
     cfg.rows[t] = kTile;
     cfg.colsb[t] = kTile * 4;
   }
+  memory_barrier();  // ldtilecfg's asm names only the first bytes of cfg: make every field stored
   _tile_loadconfig(&cfg);
   for (int64_t m0 = 0; m0 < M; m0 += kTile) {
     const int64_t rows = M - m0 < kTile ? M - m0 : kTile;
