@@ -13,24 +13,15 @@
 #include <vector>
 
 #include "kernels/common/gemm_ukernel.h"
+#include "kernels/common/scalar_types.h"
 #include "op_plugin/isa.h"
 
 using op_plugin::isa_avx512::Ops512Bf16;
 
 static int g_pass = 0, g_fail = 0;
 
-static uint16_t to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (inputs are finite)
-  return static_cast<uint16_t>(u >> 16);
-}
-static double from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+static uint16_t to_bf16(float x) { return op_plugin::to_bfloat16(x).bits; }
+static double from_bf16(uint16_t h) { return op_plugin::to_float(op_plugin::BFloat16{h}); }
 
 // One case: C (mode)= A * B with M rows, N columns and K pairs.
 static void check(int64_t M, int64_t N, int64_t K, bool a_transposed, int mode, bool with_rs, std::mt19937& rng) {

@@ -9,10 +9,10 @@
 // A * B, K counted in bf16 pairs, A(m, k) the pair at A + m*sam + k*sak, B row k (N pairs, VNNI
 // order: exactly AMX's B-tile row layout) at B + k*ldb, C fp32 with columns written up to the
 // next multiple of 16. The product starts from zero and C is combined once at the end, as in the
-// vector kernel. A and B are read straight into tiles where their layout allows; otherwise A is
-// copied once per 16-row strip and B once per 16-column panel into zero-padded stack blocks, which
-// also covers every tail.
-// Each call loads its own tile configuration and releases the tiles at the end: other code on the
+// vector kernel. A and B are read straight into tiles where their layout allows; otherwise they
+// are copied into zero-padded stack blocks, which also covers every tail: A once per 16-row strip,
+// B once per (strip, 16-column panel) (a tail-free B, the common case, is never copied). Each
+// call loads its own tile configuration and releases the tiles at the end: other code on the
 // thread (oneDNN) configures tiles too. The summation order is fixed (k blocks of 16 pairs
 // ascending), so results do not depend on the thread count; they differ from vdpbf16ps's in the
 // last bits.
