@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/amx_tile.h"
 #include "kernels/common/simd.h"
 
 #if defined(__AVX512BF16__)
@@ -28,14 +29,6 @@ namespace OP_ISA_NS {
 namespace amx {
 
 constexpr int kTile = 16;  // rows of every tile; 16 pairs (64 bytes) per row
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
 
 // The tile instructions are inline asm that name only the base pointer: tell the compiler that
 // memory is read (after our packing stores) and written (by a tile store).

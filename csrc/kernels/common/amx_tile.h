@@ -1,0 +1,229 @@
+// AMX-BF16 tile GEMM building block for kernels whose operands live in tile layouts
+// (torch-free, AVX-512 translation units only).
+//
+// Why: one TDPBF16PS multiplies a 16x32 bf16 tile by a 32x16 one into 16x16 fp32 accumulators,
+// 16,384 FLOP per instruction, about 1,000 FLOP per cycle per core on a Xeon with AMX (a
+// register-only loop measures it: benchmarks/kernels/bench_tile_gemm.cpp), against about 80 for
+// float32 FMAs. It pays only when the operands are already in the layouts tiles load (a copy per
+// GEMM costs as much as the GEMM), so the kernels that use this header write them that way:
+//   A (M x K):  bf16 rows, k contiguous: row m at A + m * lda elements; K a multiple of 32.
+//   B (K x N):  "VNNI panels": the columns in panels of 16, each panel a column of k pairs,
+//               pair row r (k = 2r, 2r+1) holding 16 columns x 2 bf16 = 64 bytes; panel p at
+//               B + p * ldp elements, pair row r at + 32 * r. N a multiple of 16.
+//   C (M x N):  fp32 rows, ldc floats; M a multiple of 16. Loaded into tiles and stored back,
+//               so a contraction split over several calls accumulates in place (kAccumulate).
+// Every tile is 16 rows of 64 bytes, so one configuration serves every call: a TileScope loads
+// it once per task (ldtilecfg costs as much as a few tile instructions) and releases the tiles
+// at its end, since other code on the thread (oneDNN) configures tiles too.
+// Register use: 2 A tiles, 2 B tiles, 4 C tiles (a 32 x 32 block of C per pass over K), the
+// pattern of vLLM's CPU AMX attention; edges of 16 use the 1- and 2-tile variants.
+// The summation order of each C element is fixed (k ascending in steps of 32), so results do
+// not depend on the thread count.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/simd.h"
+
+#if defined(__AVX512BF16__)
+namespace op_plugin {
+namespace OP_ISA_NS {
+namespace amx {
+
+#define OP_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// Loads the one configuration (8 tiles of 16 x 64 bytes) for the lifetime of the scope.
+struct TileScope {
+  OP_AMX_TARGET TileScope() {
+    TileConfig cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; ++t) {
+      cfg.rows[t] = 16;
+      cfg.colsb[t] = 64;
+    }
+    __asm__ volatile("" ::: "memory");  // ldtilecfg's asm names only cfg's first bytes
+    _tile_loadconfig(&cfg);
+  }
+  OP_AMX_TARGET ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+// The tile instructions are inline asm naming only base pointers: order them against the
+// surrounding C++ stores (operands packed just before) and loads (C read just after).
+inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
+
+// One MT x NT block of 16 x 16 C tiles (MT, NT in {1, 2}) over the whole contraction.
+// Tiles: C 0..3 (index 2 * mt + nt), A 4..5, B 6..7.
+template <int MT, int NT, bool kAccumulate>
+OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, const char* b0, const char* b1,
+                                char* c, int64_t ldc_bytes) {
+  char* c1 = c + 16 * ldc_bytes;
+  if constexpr (kAccumulate) {
+    _tile_loadd(0, c, ldc_bytes);
+    if constexpr (NT > 1) _tile_loadd(1, c + 64, ldc_bytes);
+    if constexpr (MT > 1) _tile_loadd(2, c1, ldc_bytes);
+    if constexpr (MT > 1 && NT > 1) _tile_loadd(3, c1 + 64, ldc_bytes);
+  } else {
+    _tile_zero(0);
+    if constexpr (NT > 1) _tile_zero(1);
+    if constexpr (MT > 1) _tile_zero(2);
+    if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+  }
+  const char* a1 = a + 16 * lda_bytes;
+  for (int64_t k = 0; k < K; k += 32) {
+    _tile_loadd(4, a + 2 * k, lda_bytes);
+    _tile_loadd(6, b0 + 32 * k, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NT > 1) {
+      _tile_loadd(7, b1 + 32 * k, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (MT > 1) {
+      _tile_loadd(5, a1 + 2 * k, lda_bytes);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (NT > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, ldc_bytes);
+  if constexpr (NT > 1) _tile_stored(1, c + 64, ldc_bytes);
+  if constexpr (MT > 1) _tile_stored(2, c1, ldc_bytes);
+  if constexpr (MT > 1 && NT > 1) _tile_stored(3, c1 + 64, ldc_bytes);
+}
+
+// C (=|+=) A * B in the layouts above, inside a TileScope. M, N multiples of 16, K of 32.
+// Column blocks outer, row blocks inner: a block of B (the large operand of the attention GEMMs,
+// streamed from L2) is loaded from memory once and reused from L1 for every row block, while A
+// (a few query rows, or P) stays in L1 throughout.
+template <bool kAccumulate>
+OP_AMX_TARGET inline void gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+                               int64_t ldp, float* C, int64_t ldc) {
+  compiler_barrier();
+  const int64_t lda_b = lda * 2, ldc_b = ldc * 4;
+  for (int64_t n0 = 0; n0 < N; n0 += 32) {
+    const bool two_n = n0 + 32 <= N;
+    const char* b0 = reinterpret_cast<const char*>(B + (n0 / 16) * ldp);
+    const char* b1 = b0 + ldp * 2;
+    for (int64_t m0 = 0; m0 < M; m0 += 32) {
+      const bool two_m = m0 + 32 <= M;
+      const char* a = reinterpret_cast<const char*>(A + m0 * lda);
+      char* c = reinterpret_cast<char*>(C + m0 * ldc + n0);
+      if (two_m && two_n)
+        block<2, 2, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+      else if (two_m)
+        block<2, 1, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+      else if (two_n)
+        block<1, 2, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+      else
+        block<1, 1, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+    }
+  }
+  compiler_barrier();
+}
+
+// ---- packing into the tile layouts (AVX-512) ------------------------------------------------
+
+// Transposes a 16 x 16 block of 32-bit words: dst row r, word c = src row c, word r. src rows
+// past `rows` and words past `cols` read as zero (masked loads); all 16 dst rows are written.
+inline void transpose16x16_u32(const uint32_t* src, int64_t lds, int rows, int cols, uint32_t* dst, int64_t ldd) {
+  const __mmask16 m = static_cast<__mmask16>(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_epi32(m, src + i * lds) : _mm512_setzero_si512();
+  // Stage 1: 32-bit interleave of row pairs; stage 2: 64-bit of those; stages 3-4: 128-bit lanes.
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // r[4g + q] now holds, in 128-bit lane L, words (4L + q) of rows 4g..4g+3.
+  for (int i = 0; i < 4; ++i) {
+    t[i + 0] = _mm512_shuffle_i32x4(r[i + 0], r[i + 4], 0x88);   // lanes 0,2 of g0 | lanes 0,2 of g1
+    t[i + 4] = _mm512_shuffle_i32x4(r[i + 0], r[i + 4], 0xdd);   // lanes 1,3
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    // words q of lane L for rows 0..15: combine the g0g1 and g2g3 halves
+    const __m512i lo02 = _mm512_shuffle_i32x4(t[i + 0], t[i + 8], 0x88);  // L = 0 (rows 0-15)
+    const __m512i lo13 = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88); // L = 1
+    const __m512i hi02 = _mm512_shuffle_i32x4(t[i + 0], t[i + 8], 0xdd);  // L = 2
+    const __m512i hi13 = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd); // L = 3
+    _mm512_storeu_si512(dst + (0 + i) * ldd, lo02);
+    _mm512_storeu_si512(dst + (4 + i) * ldd, lo13);
+    _mm512_storeu_si512(dst + (8 + i) * ldd, hi02);
+    _mm512_storeu_si512(dst + (12 + i) * ldd, hi13);
+  }
+}
+
+// B panels of X^T for a row-major bf16 X (n rows of k values, row stride ld elements), i.e.
+// B(k, n) = X[n][k]: panel p = rows 16p..16p+15 of X, pair row r = their 32-bit words r. Panels of
+// 16 * kpad elements, kpad = round_up(k, 32); rows past n and values past k are zero.
+inline void pack_b_transposed(const uint16_t* X, int64_t ld, int64_t n, int64_t k, uint16_t* dst, int64_t kpad) {
+  const int64_t words = (k + 1) / 2, wpad = kpad / 2;
+  for (int64_t p = 0; p * 16 < n; ++p) {
+    const int rows = static_cast<int>(n - p * 16 < 16 ? n - p * 16 : 16);
+    uint32_t* panel = reinterpret_cast<uint32_t*>(dst + p * 16 * kpad);
+    for (int64_t w0 = 0; w0 < wpad; w0 += 16) {
+      const int cols = static_cast<int>(words - w0 <= 0 ? 0 : words - w0 < 16 ? words - w0 : 16);
+      const uint16_t* src = X + p * 16 * ld + 2 * w0;
+      if ((ld & 1) == 0 && 2 * (w0 + cols) <= k) {
+        // rows of whole 32-bit words: transpose them in place
+        transpose16x16_u32(reinterpret_cast<const uint32_t*>(src), ld / 2, rows, cols, panel + w0 * 16, 16);
+      } else {
+        // an odd row stride (words straddle rows) or a last word with one value: gather first,
+        // reading no value past k (a row may end its tensor)
+        alignas(64) uint32_t tmp[16 * 16];
+        for (int i = 0; i < rows; ++i)
+          for (int c = 0; c < cols; ++c) {
+            const uint16_t* e = src + i * ld + 2 * c;
+            const uint32_t hi = 2 * (w0 + c) + 1 < k ? e[1] : 0u;
+            tmp[i * 16 + c] = static_cast<uint32_t>(e[0]) | (hi << 16);
+          }
+        transpose16x16_u32(tmp, 16, rows, cols, panel + w0 * 16, 16);
+      }
+    }
+  }
+}
+
+// B panels of a row-major bf16 X (k rows of n values, row stride ld elements), i.e. B(k, n) =
+// X[k][n]: pair row r of panel p interleaves rows 2r and 2r+1, columns 16p..16p+15. Panel stride
+// ldp elements (>= 32 * pair rows); pair rows up to kpad / 2 are written, zero past k rows; columns
+// past n are zero up to the next multiple of 16.
+inline void pack_b_rows(const uint16_t* X, int64_t ld, int64_t k, int64_t n, uint16_t* dst, int64_t ldp, int64_t kpad) {
+  const __m512i idx_lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                                           0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                                           0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+  const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+  for (int64_t r = 0; r < kpad / 2; ++r) {
+    const int64_t k0 = 2 * r;
+    for (int64_t c0 = 0; c0 < n; c0 += 32) {
+      const int64_t cn = n - c0 < 32 ? n - c0 : 32;
+      const __mmask32 m = static_cast<__mmask32>(cn >= 32 ? 0xffffffffu : (1u << cn) - 1u);
+      const __m512i a = k0 < k ? _mm512_maskz_loadu_epi16(m, X + k0 * ld + c0) : _mm512_setzero_si512();
+      const __m512i b = k0 + 1 < k ? _mm512_maskz_loadu_epi16(m, X + (k0 + 1) * ld + c0) : _mm512_setzero_si512();
+      uint16_t* d = dst + (c0 / 16) * ldp + 32 * r;
+      _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a, idx_lo, b));
+      if (cn > 16) _mm512_storeu_si512(d + ldp, _mm512_permutex2var_epi16(a, idx_hi, b));
+    }
+  }
+}
+
+}  // namespace amx
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin
+#endif  // __AVX512BF16__
