@@ -22,6 +22,8 @@ using flash::pad16;
 using flash::Plan;
 using flash::RowWindow;
 using flash::Task;
+using flash::align_workspace;
+using flash::pad32;
 
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
@@ -147,6 +149,46 @@ inline void run_tasks(const Plan& plan, void* workspace, const Body& body) {
       }
     }
   });
+}
+
+// Forward epilogue of query rows i0 .. i0 + rows - 1 of head n, batch b: out = O / l (O row i at
+// acc + i * ld_acc), lse = (m + log2 l) ln 2 (m, l in log2 units); rows without keys: out 0,
+// lse +inf. swa statistics: max = m ln 2, sum = l (8 copies); rows with no key (a sink alone
+// leaves m = sink, l = 1): out 0, max -FLT_MAX, sum FLT_MAX (SPEC §2.3).
+template <class S, bool kNativeBf16>
+inline void finalize_rows(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t n, int64_t i0, int64_t rows,
+                          const RowWindow& w, bool sink, S m0, const S* m, const S* l, const S* acc, int64_t ld_acc,
+                          float* tmp) {
+  const int64_t Dv = p.head_dim_v;
+  const int64_t ob = out_elem_bytes(out_kind);
+  char* out = static_cast<char*>(p.out) +
+              (b * p.o_batch_stride + (p.q_start[b] + i0) * p.o_row_stride + n * p.o_head_stride) * ob;
+  LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+  LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
+  const bool stats = p.softmax_sum != nullptr;
+  const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i0) * p.lse_row_stride;
+  for (int64_t i = 0; i < rows; ++i) {
+    void* orow = out + i * p.o_row_stride * ob;
+    // NaN is not empty: it propagates
+    const bool empty =
+        w.lo(i0 + i) > w.hi(i0 + i) || l[i] == S(0) || (stats && sink && m[i] == m0 && l[i] == S(1));
+    const int64_t li = lse_base + i * p.lse_row_stride;
+    if (stats) {
+      const double mx = empty ? -FLT_MAX : static_cast<double>(m[i]) * kLn2;
+      const double sm = empty ? FLT_MAX : static_cast<double>(l[i]);
+      for (int r = 0; r < 8; ++r) {
+        lse.set(li + r, mx);
+        ssum.set(li + r, sm);
+      }
+    }
+    if (empty) {
+      zero_row(out_kind, orow, Dv);
+      if (p.lse && !stats) lse.set(li, INFINITY);
+      continue;
+    }
+    store_row<S, kNativeBf16>(out_kind, acc + i * ld_acc, orow, Dv, S(1) / l[i], tmp);
+    if (p.lse && !stats) lse.set(li, (static_cast<double>(m[i]) + std::log2(static_cast<double>(l[i]))) * kLn2);
+  }
 }
 
 inline int out_kind_of(opDataType dt) {

@@ -8,12 +8,16 @@
 //   flash_attention_staging.h       head-major copies of strided or converted inputs
 //   flash_attention_forward.h       forward tile loop (vector dataflow)
 //   flash_attention_backward.h      backward tile loop (vector dataflow)
+//   flash_attention_amx_forward.h   forward tile loop (AMX-BF16 dataflow; AVX512_BF16 TU only)
+//   flash_attention_amx_backward.h  backward tile loop (AMX-BF16 dataflow; AVX512_BF16 TU only)
 // Tile sizes: flash_attention_params.h.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/flash_attention/flash_attention_amx_backward.h"
+#include "kernels/flash_attention/flash_attention_amx_forward.h"
 #include "kernels/flash_attention/flash_attention_backward.h"
 #include "kernels/flash_attention/flash_attention_common.h"
 #include "kernels/flash_attention/flash_attention_forward.h"
@@ -45,7 +49,8 @@ void run_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, v
 }
 
 template <class OpsF32, class OpsBf16, class OpsF64>
-void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
+void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base) {
+  void* ws = align_workspace(ws_base);
   FlashAttnFwdParams p = p0;
   const int out_kind = out_kind_of(p0.dtype);
   if (plan.stage_mask) {
@@ -62,6 +67,19 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
   p.o_batch_stride = p0.o_batch_stride;
   p.o_row_stride = p0.o_row_stride;
   p.o_head_stride = p0.o_head_stride;
+#if defined(__AVX512BF16__)
+  if (plan.compute == flash::Compute::kBf16Amx) {
+    {
+      OP_PROFILE_SCOPE(kPack);
+      stage_amx_panels(p, plan, ws);
+    }
+    with_features(p, [&](auto feat) {
+      run_tasks(plan, ws, [&](const Task& t, char* slot) {
+        AmxForward::task<decltype(feat)::value>(p, plan, ws, out_kind, t, slot);
+      });
+    });
+  } else
+#endif
   if (plan.compute == flash::Compute::kF64)
     run_forward<OpsF64>(p, plan, ws, out_kind);
   else if (plan.compute == flash::Compute::kBf16Pairs)
@@ -85,7 +103,8 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws) {
 }
 
 template <class OpsF32, class OpsBf16, class OpsF64>
-void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
+void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_base) {
+  void* ws = align_workspace(ws_base);
   FlashAttnBwdParams p = p0;
   const int out_kind = out_kind_of(p0.dtype);
   if (plan.stage_mask) {
@@ -109,6 +128,22 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws) {
       std::memset(base + r0 * row_bytes, 0, static_cast<size_t>(r1 - r0) * row_bytes);
     });
   }
+#if defined(__AVX512BF16__)
+  if (plan.compute == flash::Compute::kBf16Amx) {
+    {
+      OP_PROFILE_SCOPE(kPack);
+      stage_amx_backward(p, plan, ws);
+    }
+    with_features(p, [&](auto feat) {
+      run_tasks(plan, ws, [&](const Task& t, char* slot) {
+        AmxBackward::task<decltype(feat)::value>(p, plan, out_kind, ws, t, slot);
+      });
+    });
+    OP_PROFILE_SCOPE(kReduce);
+    if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
+    if (plan.bwd_chunks > 1) Backward<OpsBf16>::reduce_dq(p, plan, out_kind, ws);
+  } else
+#endif
   if (plan.compute == flash::Compute::kF64)
     run_backward<OpsF64>(p, plan, out_kind, ws);
   else if (plan.compute == flash::Compute::kBf16Pairs)

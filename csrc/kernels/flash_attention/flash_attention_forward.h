@@ -182,37 +182,7 @@ struct Forward {
       first = false;
     }
 
-    // Finalise: out = O / l, lse = (m + log2 l) ln 2; rows without keys: out 0, lse +inf.
-    // swa statistics: max = m ln 2, sum = l (8 copies); rows with no key (a sink alone leaves
-    // m = sink, l = 1): out 0, max -FLT_MAX, sum FLT_MAX (SPEC §2.3).
-    const int64_t ob = out_elem_bytes(out_kind);
-    char* out = static_cast<char*>(p.out) +
-                (b * p.o_batch_stride + (p.q_start[b] + i0) * p.o_row_stride + n * p.o_head_stride) * ob;
-    LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
-    LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
-    const bool stats = p.softmax_sum != nullptr;
-    const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i0) * p.lse_row_stride;
-    for (int64_t i = 0; i < rows; ++i) {
-      void* orow = out + i * p.o_row_stride * ob;
-      const bool empty = w.lo(i0 + i) > w.hi(i0 + i) || l[i] == S(0) || (stats && sink && m[i] == m0 && l[i] == S(1));  // NaN is not empty: it propagates
-      const int64_t li = lse_base + i * p.lse_row_stride;
-      if (stats) {
-        const double mx = empty ? -FLT_MAX : static_cast<double>(m[i]) * kLn2;
-        const double sm = empty ? FLT_MAX : static_cast<double>(l[i]);
-        for (int r = 0; r < 8; ++r) {
-          lse.set(li + r, mx);
-          ssum.set(li + r, sm);
-        }
-      }
-      if (empty) {
-        zero_row(out_kind, orow, Dv);
-        if (p.lse && !stats) lse.set(li, INFINITY);
-        continue;
-      }
-      store_row<S, Ops::kNativeBf16>(out_kind, acc + i * Dvp, orow, Dv, S(1) / l[i], tmp);
-      if (p.lse && !stats)
-        lse.set(li, (static_cast<double>(m[i]) + std::log2(static_cast<double>(l[i]))) * kLn2);
-    }
+    finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i0, rows, w, sink, m0, m, l, acc, Dvp, tmp);
   }
 };
 

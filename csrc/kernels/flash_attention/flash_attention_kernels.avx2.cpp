@@ -16,7 +16,7 @@ static void backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws) {
 }
 
 const Kernels& kernels_table() {
-  static const Kernels table{"avx2", false, forward, backward};
+  static const Kernels table{"avx2", false, false, forward, backward};
   return table;
 }
 

@@ -17,7 +17,7 @@ static void backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws) {
 }
 
 const Kernels& kernels_table() {
-  static const Kernels table{"baseline", false, forward, backward};
+  static const Kernels table{"baseline", false, false, forward, backward};
   return table;
 }
 

@@ -11,14 +11,14 @@ namespace flash {
 
 namespace isa_base { const Kernels& kernels_table(); }
 namespace isa_avx2 { const Kernels& kernels_table(); }
-namespace isa_avx512 { const Kernels& kernels_table(bool bf16); }
+namespace isa_avx512 { const Kernels& kernels_table(bool bf16, bool amx); }
 
 const Kernels& kernels() {
   static const Kernels* chosen = [] {
     switch (active_isa()) {
-      case Isa::kAvx512Amx:  // the same kernels; their bf16 GEMMs take the AMX tiles (gemm_amx.h)
-      case Isa::kAvx512Bf16: return &isa_avx512::kernels_table(true);
-      case Isa::kAvx512: return &isa_avx512::kernels_table(false);
+      case Isa::kAvx512Amx: return &isa_avx512::kernels_table(true, true);
+      case Isa::kAvx512Bf16: return &isa_avx512::kernels_table(true, false);
+      case Isa::kAvx512: return &isa_avx512::kernels_table(false, false);
       case Isa::kAvx2: return &isa_avx2::kernels_table();
       case Isa::kBaseline: break;
     }
@@ -31,20 +31,22 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Key tiles visited by the forward query block [i0, i0 + rows).
-int64_t fwd_tiles(const RowWindow& w, int64_t i0, int64_t rows) {
+// Key tiles (of block_kv keys) visited by the forward query block [i0, i0 + rows).
+int64_t fwd_tiles(const RowWindow& w, int64_t i0, int64_t rows, int64_t block_kv) {
   const int64_t lo = w.lo(i0), hi = w.hi(i0 + rows - 1);
-  return hi < lo ? 0 : ceil_div(hi - lo + 1, kBlockKV);
+  return hi < lo ? 0 : ceil_div(hi - lo + 1, block_kv);
 }
 
-// (key tile, query tile) pairs visited by the backward of one head over key tiles [t0, t1).
-int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64_t t1) {
+// (key tile, query tile) pairs visited by the backward of one head over key tiles [t0, t1)
+// (tiles of block_kv keys and block_q query rows).
+int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64_t t1, int64_t block_q,
+                  int64_t block_kv) {
   int64_t total = 0;
-  for (int64_t j0 = t0 * kBlockKV; j0 < std::min(skv, t1 * kBlockKV); j0 += kBlockKV) {
-    const int64_t nc = std::min(kBlockKV, skv - j0);
+  for (int64_t j0 = t0 * block_kv; j0 < std::min(skv, t1 * block_kv); j0 += block_kv) {
+    const int64_t nc = std::min(block_kv, skv - j0);
     const int64_t ilo = std::max<int64_t>(0, w.first_row(j0));
     const int64_t ihi = std::min(sq - 1, w.last_row(j0 + nc - 1));
-    if (ilo <= ihi) total += ceil_div(ihi + 1 - (ilo & ~int64_t(1)), kBlockQ);
+    if (ilo <= ihi) total += ceil_div(ihi + 1 - (ilo & ~int64_t(1)), block_q);
   }
   return total;
 }
@@ -53,6 +55,16 @@ int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64
 
 bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads, PlanStorage* storage,
                Plan* plan) {
+  // bf16 on a CPU with AMX: the tile dataflow, unless the query side is too short to fill a
+  // tile (decode), where the vector kernels (keys read in place) cost less.
+  if (plan->compute == Compute::kBf16Pairs && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ)
+    plan->compute = Compute::kBf16Amx;
+  const bool amx = plan->compute == Compute::kBf16Amx;
+  if (amx) {
+    plan->amx_block_q = bwd ? kAmxBwdBlockQ : kAmxBlockQ;
+    plan->amx_block_kv = bwd ? kAmxBwdBlockKV : kAmxBlockKV;
+  }
+  const int64_t block_q = amx ? plan->amx_block_q : kBlockQ, block_kv = amx ? plan->amx_block_kv : kBlockKV;
   std::vector<Task>* tasks = &storage->tasks;
   tasks->clear();
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -62,8 +74,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
       // Head-major, so that tasks of equal cost (all of them when dense) that run back to back
       // read the same K/V from cache.
       for (int64_t n = 0; n < p.heads_q; ++n)
-        for (int64_t i0 = 0; i0 < sq; i0 += kBlockQ) {
-          const int64_t cost = 1 + fwd_tiles(w, i0, std::min(kBlockQ, sq - i0)) * 4;
+        for (int64_t i0 = 0; i0 < sq; i0 += block_q) {
+          const int64_t cost = 1 + fwd_tiles(w, i0, std::min(block_q, sq - i0), block_kv) * 4;
           tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), i0, cost});
         }
     }
@@ -78,7 +90,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     constexpr int64_t kMaxPartialElems = int64_t(1) << 24;
     int64_t tiles_max = 0, q_rows = 0;
     for (int64_t b = 0; b < p.batch; ++b) {
-      tiles_max = std::max(tiles_max, ceil_div(p.seqlen_kv[b], kBlockKV));
+      tiles_max = std::max(tiles_max, ceil_div(p.seqlen_kv[b], block_kv));
       q_rows += p.rows_q[b];
     }
     const int64_t heads = std::max<int64_t>(1, p.batch * p.heads_q);
@@ -91,11 +103,12 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
       const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
       if (sq == 0 && skv == 0) continue;
       const RowWindow w = row_window(p, sq, skv);
-      const int64_t tiles = ceil_div(skv, kBlockKV);
+      const int64_t tiles = ceil_div(skv, block_kv);
       for (int64_t n = 0; n < p.heads_q; ++n)
         for (int64_t c = 0; c < C; ++c) {
           const int64_t t0 = c * tiles / C, t1 = (c + 1) * tiles / C;
-          const int64_t cost = 1 + ceil_div(sq, kBlockQ) + (t1 - t0) + bwd_tiles(w, sq, skv, t0, t1) * 4;
+          const int64_t cost =
+              1 + ceil_div(sq, block_q) + (t1 - t0) + bwd_tiles(w, sq, skv, t0, t1, block_q, block_kv) * 4;
           tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), c, cost});
         }
     }
@@ -119,7 +132,27 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   auto up = [](int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
 
   int64_t slot = 0;
-  if (!bwd) {
+  if (amx && bwd) {  // flash_attention_amx_backward.h carves these in this order
+    const int64_t bq = plan->amx_block_q, bkv = plan->amx_block_kv;
+    plan->amx_dq_ld = amx_rows(p.max_seqlen_q) + 16;
+    slot += up(Dp * plan->amx_dq_ld * 4);        // dQ^T accumulator
+    slot += 2 * up(bkv * (bq + 16) * 4);         // S^T, dP^T
+    slot += 2 * up(bkv * (bq + 32) * 2);         // P^T, dS^T rows (A tiles)
+    slot += up(bq * bkv * 2);                    // dS^T key-pair panels (B tiles)
+    slot += up(bkv * (Dp + 16) * 4);             // dK accumulator
+    slot += up(bkv * (Dvp + 16) * 4);            // dV accumulator
+    slot += up(17 * (Dp + 16) * 4);              // dQ rows being transposed, conversion scratch
+    if (p.full_mask || p.pse) slot += up(bkv * bq * 4) + up(bkv * bq);  // additive mask / pse tile, mask bytes
+  } else if (amx) {  // flash_attention_amx_forward.h carves these in this order
+    const int64_t Dpad = pad32(D);
+    const int64_t bq = plan->amx_block_q, bkv = plan->amx_block_kv;
+    slot += up(bq * Dpad * 2);                   // Q rows (A tiles)
+    slot += up(bq * amx_ld_scores(bkv) * 4);     // scores
+    slot += up(bq * amx_ld_p(bkv) * 2);          // P (A tiles)
+    slot += up(bq * (Dvp + 16) * 4);             // output accumulator
+    slot += 2 * up(bq * 4);                      // m, l
+    slot += up((Dvp + 16) * 4);                        // conversion scratch
+  } else if (!bwd) {
     slot += up(D2 * Br * es);          // Qt
     slot += up(Bc * Br * ss);          // scores / P (fp32)
     slot += up(Bc * Br * es);          // P in operand format (bf16 pairs)
@@ -152,6 +185,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   const bool tnd = plan->kv_batch_rows == 0;
   if (plan->stage_convert) {
     plan->stage_mask = bwd ? 0x1f : 0x7;
+  } else if (amx) {
+    // nothing staged: the AMX forward reads q in place per task and packs k and v into tile
+    // panels below; the AMX backward packs everything itself (stage_amx_backward)
   } else if (!bwd) {
     // TND: k is only ever the broadcast operand (S^T = K Qt reads 6 key rows per micro-kernel
     // step, which do not thrash L1) and is read in place. A copy of k spans every sequence of the
@@ -188,6 +224,46 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->vpair_row0 = storage->vpair_row0.data();
     plan->vpair_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * 2 * Dvp * 2));
   }
+  plan->panel_rows = 0;
+  plan->panel_row0 = nullptr;
+  plan->bkv_rows = plan->bq_rows = 0;
+  plan->bkv_row0 = plan->bq_row0 = nullptr;
+  if (amx && bwd) {
+    storage->bkv_row0.assign(static_cast<size_t>(p.batch), 0);
+    storage->bq_row0.assign(static_cast<size_t>(p.batch), 0);
+    int64_t kv_rows = 0, q_rows = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      storage->bkv_row0[b] = kv_rows;
+      storage->bq_row0[b] = q_rows;
+      kv_rows += amx_rows(p.seqlen_kv[b]);
+      q_rows += amx_rows(p.seqlen_q[b]);
+    }
+    plan->bkv_rows = kv_rows;
+    plan->bq_rows = q_rows;
+    plan->bkv_row0 = storage->bkv_row0.data();
+    plan->bq_row0 = storage->bq_row0.data();
+    const uint64_t kvr = static_cast<uint64_t>(p.heads_kv * kv_rows), qr = static_cast<uint64_t>(p.heads_q * q_rows);
+    plan->bkv_k_offset = layout.reserve(kvr * pad32(D) * 2);
+    plan->bkv_v_offset = layout.reserve(kvr * pad32(Dv) * 2);
+    plan->bkv_kt_offset = layout.reserve(kvr * Dp * 2);
+    plan->bq_qt_offset = layout.reserve(qr * pad32(D) * 2);
+    plan->bq_dot_offset = layout.reserve(qr * pad32(Dv) * 2);
+    plan->bq_qp_offset = layout.reserve(qr * Dp * 2);
+    plan->bq_dop_offset = layout.reserve(qr * Dvp * 2);
+    plan->bq_lse_offset = layout.reserve(qr * 4);
+    plan->bq_delta_offset = layout.reserve(qr * 4);
+  } else if (amx) {
+    storage->panel_row0.assign(static_cast<size_t>(p.batch), 0);
+    int64_t rows = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      storage->panel_row0[b] = rows;
+      rows += pad32(p.seqlen_kv[b]);
+    }
+    plan->panel_rows = rows;
+    plan->panel_row0 = storage->panel_row0.data();
+    plan->kpanel_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * pad32(D) * 2));
+    plan->vpanel_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * Dvp * 2));
+  }
   plan->dq_rows = 0;
   if (bwd && plan->bwd_chunks > 1) {
     int64_t rows = 0;
@@ -219,7 +295,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     if (bytes > 1e15) return false;
     plan->dpse_offset = layout.reserve(static_cast<uint64_t>(bytes));
   }
-  plan->workspace_bytes = layout.size();
+  // + one cache line: stage 2 aligns the caller's base to 64 bytes (align_workspace), since tile
+  // loads of rows that straddle cache lines run at half speed and a C caller may pass malloc memory
+  plan->workspace_bytes = layout.size() + WorkspaceLayout::kAlignment;
   return true;
 }
 

@@ -14,7 +14,31 @@ enum class Compute : int32_t {
   kF32 = 0,        // float operands, fp32 FMA (float inputs; fp16 / bf16 inputs staged to float)
   kBf16Pairs = 1,  // bf16 operands, AVX512_BF16 vdpbf16ps with fp32 accumulation
   kF64 = 2,        // double operands and accumulation
+  kBf16Amx = 3,    // bf16 operands in AMX tile layouts (flash_attention_amx_forward.h)
 };
+
+// AMX-BF16 dataflow (kBf16Amx): query rows per task and keys per block (multiples of 32: strips
+// of 2 A tiles, and the tile contraction). Measured at B=1 N=8 S=2048 D=128 (docs/decisions.md):
+// 64 to 256 rows and 256 or 512 keys are within noise of each other; 64 rows give more tasks to
+// balance, and fewer keys lose the amortisation of each row's online-softmax bookkeeping.
+constexpr int64_t kAmxBlockQ = 64;
+constexpr int64_t kAmxBlockKV = 256;
+// Row strides of the score (fp32) and P (bf16) blocks for a key block of bkv keys, off powers of
+// two so that the 16 rows of a tile do not share a few L1 sets.
+constexpr int64_t amx_ld_scores(int64_t bkv) { return bkv + 16; }
+constexpr int64_t amx_ld_p(int64_t bkv) { return bkv + 32; }
+// Backward (flash_attention_amx_backward.h): query rows per strip and keys per block; both are
+// contraction lengths of the accumulating GEMMs (dK, dV over queries, dQ^T over keys), so that
+// each fp32 accumulator tile loaded and stored again meets 4 steps of 32.
+constexpr int64_t kAmxBwdBlockQ = 128;
+constexpr int64_t kAmxBwdBlockKV = 128;
+// Below this many query rows (decode) the tiles would idle: the vector path runs instead.
+constexpr int64_t kAmxMinRowsQ = 16;
+// Rows of a sequence in the backward's packed operands: a multiple of 32 for the tiles, and one
+// tile more, so that the d-major K^T has no power-of-two row stride (16 rows in a few L1 sets).
+constexpr int64_t amx_rows(int64_t len) { return (len + 31) / 32 * 32 + 32; }
+
+constexpr int64_t pad32(int64_t n) { return (n + 31) / 32 * 32; }
 
 // One unit of work. Forward: (b, n, query block starting at row i0). Backward: (b, n, key
 // chunk i0): the task owns the dK/dV rows of its key tiles (or their partial for its query head
@@ -51,6 +75,25 @@ struct Plan {
   uint64_t vpair_offset = 0;
   int64_t vpair_rows = 0;
   const int64_t* vpair_row0 = nullptr;
+  // Forward, AMX: K^T and V of every (batch, kv head) as tile panels (flash_attention_amx_forward.h):
+  // [N2][panel rows][pad32(D)] and [N2][panel rows][pad16(Dv)] elements, sequence b from panel row
+  // panel_row0[b] on, pad32(seqlen_kv[b]) rows each.
+  int64_t amx_block_q = kAmxBlockQ, amx_block_kv = kAmxBlockKV;  // forward: rows per task, keys per block;
+                                                                  // backward: rows per strip, keys per block
+  uint64_t kpanel_offset = 0, vpanel_offset = 0;
+  int64_t panel_rows = 0;
+  const int64_t* panel_row0 = nullptr;
+  // Backward, AMX: the operands packed once per call (flash_attention_amx_backward.h). Per
+  // (b, kv head), amx_rows(seqlen_kv[b]) rows from row bkv_row0[b] of [N2][bkv_rows]: K rows
+  // (pad32(D) wide), V rows (pad32(Dv)), K^T (pad16(D) rows of the sequence's keys). Per (b, query
+  // head), amx_rows(seqlen_q[b]) rows from bq_row0[b] of [N1][bq_rows]: Q^T and dO^T panels, Q and
+  // dO pair panels, lse * log2(e) and Delta (fp32). amx_dq_ld: the row stride of a task's dQ^T.
+  uint64_t bkv_k_offset = 0, bkv_v_offset = 0, bkv_kt_offset = 0;
+  uint64_t bq_qt_offset = 0, bq_dot_offset = 0, bq_qp_offset = 0, bq_dop_offset = 0;
+  uint64_t bq_lse_offset = 0, bq_delta_offset = 0;
+  int64_t bkv_rows = 0, bq_rows = 0, amx_dq_ld = 0;
+  const int64_t* bkv_row0 = nullptr;
+  const int64_t* bq_row0 = nullptr;
   // Backward key chunks: the key tiles of a head are split into `bwd_chunks` contiguous ranges
   // (a function of the shapes only, never of the thread count). With more than one chunk each
   // chunk writes a dQ partial, [chunk][q row][N1][Dp], summed in chunk order afterwards.
@@ -72,15 +115,26 @@ struct Plan {
 struct Kernels {
   const char* name;
   bool bf16_pairs;  // has the kBf16Pairs compute path
+  bool amx;         // has the kBf16Amx compute path (the CPU and the OS allow AMX tiles)
   void (*forward)(const FlashAttnFwdParams& p, const Plan& plan, void* workspace);
   void (*backward)(const FlashAttnBwdParams& p, const Plan& plan, void* workspace);
 };
 const Kernels& kernels();
 
+// The workspace base rounded up to a cache line (the plan asks for one line more): every region
+// of the layout is then 64-byte aligned whatever the caller's allocator gives (tile loads of
+// rows that straddle cache lines run at half speed). Stage 2 finds every offset from it.
+inline void* align_workspace(void* ws) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ws);
+  return reinterpret_cast<void*>((a + 63) & ~static_cast<uintptr_t>(63));
+}
+
 // Arrays the plan points into, owned by the executor.
 struct PlanStorage {
   std::vector<Task> tasks;
   std::vector<int64_t> vpair_row0;
+  std::vector<int64_t> panel_row0;
+  std::vector<int64_t> bkv_row0, bq_row0;
 };
 
 // Builds the task list and workspace layout. `bwd` selects the backward plan; `numel` are the

@@ -34,14 +34,14 @@ inline float load_float(const void* base, opDataType dt, int64_t idx) {
   }
 }
 
-// Additive tile bias[j * Br + i] (log2 units) for query rows i0 + [0, rows) and keys j0 + [0, nc)
+// Additive tile bias[j * Br + i] (log2 units; Br the tile's row stride, kBlockQ by default) for
+// query rows i0 + [0, rows) and keys j0 + [0, nc)
 // of head n, batch b: c2 * pse, or -inf where the full mask is set; lanes past `rows` get 0.
 // The mask rows are transposed as bytes first (mt: Bc x Br scratch), so the masking is a
 // contiguous select the compiler vectorises.
 template <class S>
 inline void build_bias(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i0, int64_t rows, int64_t j0,
-                       int64_t nc, S c2, S* bias, uint8_t* mt) {
-  const int64_t Br = kBlockQ;
+                       int64_t nc, S c2, S* bias, uint8_t* mt, int64_t Br = kBlockQ) {
   for (int64_t x = 0; x < nc * Br; ++x) bias[x] = S(0);
   if (p.pse) {
     for (int64_t i = 0; i < rows; ++i) {

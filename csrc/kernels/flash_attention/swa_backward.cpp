@@ -32,7 +32,7 @@ class SwaBackwardExecutor final : public opExecutor {
   // engine's scale * dS[b][n][i][j].
   void reduce_dpse(void* workspace) const {
     const bool f64 = plan.compute == Compute::kF64;
-    const char* part = static_cast<const char*>(workspace) + plan.dpse_offset;
+    const char* part = static_cast<const char*>(flash::align_workspace(workspace)) + plan.dpse_offset;
     auto at = [&](int64_t b, int64_t n, int64_t i, int64_t j) {
       const int64_t idx = ((b * params.heads_q + n) * plan.dpse_rows + i) * plan.dpse_cols + j;
       return f64 ? reinterpret_cast<const double*>(part)[idx] : static_cast<double>(reinterpret_cast<const float*>(part)[idx]);

@@ -1,0 +1,394 @@
+// Backward tile loop of the flash attention engine, AMX-BF16 dataflow (bf16 inputs on a CPU with
+// AMX tiles; AVX-512 translation unit only).
+//
+// One task per (b, query head n, key chunk), as the vector backward: for each key block of
+// plan.amx_block_kv keys (outer) and each strip of plan.amx_block_q query rows that can see it
+// (inner), five tile GEMMs with every operand already in the layout tiles load:
+//   S^T  = K Q^T     A = K rows of the block            B = Q^T panels (16 queries each)
+//   dP^T = V dO^T    A = V rows                          B = dO^T panels
+//   P^T = 2^(c2 S^T - lse2), dS^T = P^T (dP^T - Delta)  vectors over 16 queries, so lse2 and
+//                    Delta are vector loads; P^T and dS^T written as bf16 rows (A layout) and
+//                    dS^T also as key-pair panels (B layout of dQ^T)
+//   dV  += P^T dO    A = P^T rows                        B = dO panels over query pairs
+//   dK  += dS^T Q    A = dS^T rows                       B = Q panels over query pairs
+//   dQ^T += K^T dS^T A = K^T rows (d-major)              B = dS^T key-pair panels
+// dK / dV accumulate in fp32 blocks of the task over all strips, dQ^T in an fp32 [D][Sq] block of
+// the task over all its key blocks, transposed into rows (16 x 16 blocks) at the end. The Q / dO
+// operands of every (b, query head) and the K / V operands of every (b, kv head) are packed once
+// per call by stage_amx_backward, in parallel, so tasks only run GEMMs and the elementwise step.
+// GQA partials, key-chunk dQ partials and the swa features work as in the vector backward (and
+// reuse its reductions).
+#pragma once
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/amx_tile.h"
+#include "kernels/common/counter_rng.h"
+#include "kernels/common/profile.h"
+#include "kernels/flash_attention/flash_attention_backward.h"
+#include "kernels/flash_attention/flash_attention_common.h"
+#include "kernels/flash_attention/flash_attention_swa_features.h"
+
+#if defined(__AVX512BF16__)
+namespace op_plugin {
+namespace OP_ISA_NS {
+namespace fa {
+
+// The packed operands of the AMX backward (flash_attention_plan.h, Plan::bq_* / bkv_*). Rows of a
+// sequence are padded to amx_rows(len) = pad32(len) + 32 (a multiple of 32 for the tiles, and no
+// power-of-two row stride for the d-major K^T).
+struct AmxBwdKv {  // one (b, kv head)
+  const uint16_t* ka;  // K rows [amx_rows][pad32(D)]: A of S^T
+  const uint16_t* va;  // V rows [amx_rows][pad32(Dv)]: A of dP^T
+  const uint16_t* kt;  // K^T [pad16(D)][amx_rows]: A of dQ^T
+  int64_t ld;          // amx_rows(skv)
+};
+struct AmxBwdQ {  // one (b, query head)
+  const uint16_t* qt;   // Q^T panels of 16 queries x pad32(D): B of S^T
+  const uint16_t* dot;  // dO^T panels of 16 queries x pad32(Dv): B of dP^T
+  const uint16_t* qp;   // Q panels of 16 columns over query pairs: B of dK (panel stride 16 * ld)
+  const uint16_t* dop;  // dO panels likewise: B of dV
+  const float* lse2;    // lse * log2(e) per query, +inf past Sq
+  const float* delta;   // rowsum(dO * O) per query, 0 past Sq
+  int64_t ld;           // amx_rows(sq)
+};
+
+inline AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t h) {
+  const char* base = static_cast<const char*>(ws);
+  const int64_t row0 = h * plan.bkv_rows + plan.bkv_row0[b];
+  AmxBwdKv a;
+  a.ld = flash::amx_rows(p.seqlen_kv[b]);
+  a.ka = reinterpret_cast<const uint16_t*>(base + plan.bkv_k_offset) + row0 * pad32(p.head_dim);
+  a.va = reinterpret_cast<const uint16_t*>(base + plan.bkv_v_offset) + row0 * pad32(p.head_dim_v);
+  a.kt = reinterpret_cast<const uint16_t*>(base + plan.bkv_kt_offset) + row0 * pad16(p.head_dim);
+  return a;
+}
+
+inline AmxBwdQ amx_bwd_q(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t n) {
+  const char* base = static_cast<const char*>(ws);
+  const int64_t row0 = n * plan.bq_rows + plan.bq_row0[b];
+  AmxBwdQ a;
+  a.ld = flash::amx_rows(p.seqlen_q[b]);
+  a.qt = reinterpret_cast<const uint16_t*>(base + plan.bq_qt_offset) + row0 * pad32(p.head_dim);
+  a.dot = reinterpret_cast<const uint16_t*>(base + plan.bq_dot_offset) + row0 * pad32(p.head_dim_v);
+  a.qp = reinterpret_cast<const uint16_t*>(base + plan.bq_qp_offset) + row0 * pad16(p.head_dim);
+  a.dop = reinterpret_cast<const uint16_t*>(base + plan.bq_dop_offset) + row0 * pad16(p.head_dim_v);
+  a.lse2 = reinterpret_cast<const float*>(base + plan.bq_lse_offset) + row0;
+  a.delta = reinterpret_cast<const float*>(base + plan.bq_delta_offset) + row0;
+  return a;
+}
+
+// Rows [0, rows) of a bf16 matrix (row stride ld) into a zero-padded [rows_pad][cols_pad] block.
+inline void copy_rows_padded(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst,
+                             int64_t rows_pad, int64_t cols_pad) {
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    uint16_t* d = dst + r * cols_pad;
+    if (r < rows) {
+      std::memcpy(d, src + r * ld, static_cast<size_t>(cols) * 2);
+      std::memset(d + cols, 0, static_cast<size_t>(cols_pad - cols) * 2);
+    } else {
+      std::memset(d, 0, static_cast<size_t>(cols_pad) * 2);
+    }
+  }
+}
+
+// Transposes rows [0, rows) x cols [0, cols) of a bf16 matrix into dst[c][r] (row stride ldd),
+// zero for r in [rows, rows_pad) and c in [cols, cols_pad); 32 x 32 blocks through 32-bit words.
+inline void transpose_bf16_padded(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst,
+                                  int64_t ldd, int64_t rows_pad, int64_t cols_pad) {
+  alignas(64) uint16_t blk[32 * 32];
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += 32)
+    for (int64_t c0 = 0; c0 < cols_pad; c0 += 32) {
+      for (int64_t r = 0; r < 32; ++r)
+        for (int64_t c = 0; c < 32; ++c) {
+          const int64_t rr = r0 + r, cc = c0 + c;
+          blk[c * 32 + r] = (rr < rows && cc < cols) ? src[rr * ld + cc] : uint16_t(0);
+        }
+      for (int64_t c = 0; c < 32 && c0 + c < cols_pad; ++c)
+        std::memcpy(dst + (c0 + c) * ldd + r0, blk + c * 32, static_cast<size_t>(imin(32, rows_pad - r0)) * 2);
+    }
+}
+
+// Packs the backward's operands (see AmxBwdKv / AmxBwdQ) for every (b, kv head) and every
+// (b, query head), in parallel; lse2 and Delta of every query row.
+inline void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws) {
+  const int64_t D = p.head_dim, Dv = p.head_dim_v;
+  const int64_t Dpad = pad32(D), Dvpad = pad32(Dv), Dp = pad16(D), Dvp = pad16(Dv);
+  const int64_t kv_items = p.batch * p.heads_kv, q_items = p.batch * p.heads_q;
+  LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+  LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
+  op_plugin::parallel_for(0, kv_items + q_items, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it) {
+      if (it < kv_items) {
+        const int64_t b = it / p.heads_kv, h = it % p.heads_kv;
+        const AmxBwdKv a = amx_bwd_kv(p, plan, ws, b, h);
+        const int64_t skv = p.seqlen_kv[b];
+        const uint16_t* k = static_cast<const uint16_t*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
+                            h * p.k_head_stride;
+        const uint16_t* v = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
+                            h * p.v_head_stride;
+        copy_rows_padded(k, p.k_row_stride, skv, D, const_cast<uint16_t*>(a.ka), a.ld, Dpad);
+        copy_rows_padded(v, p.v_row_stride, skv, Dv, const_cast<uint16_t*>(a.va), a.ld, Dvpad);
+        transpose_bf16_padded(k, p.k_row_stride, skv, D, const_cast<uint16_t*>(a.kt), a.ld, a.ld, Dp);
+        continue;
+      }
+      const int64_t b = (it - kv_items) / p.heads_q, n = (it - kv_items) % p.heads_q;
+      const AmxBwdQ a = amx_bwd_q(p, plan, ws, b, n);
+      const int64_t sq = p.seqlen_q[b];
+      const uint16_t* q = static_cast<const uint16_t*>(p.q) + b * p.q_batch_stride + p.q_start[b] * p.q_row_stride +
+                          n * p.q_head_stride;
+      const uint16_t* o = static_cast<const uint16_t*>(p.out) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
+                          n * p.o_head_stride;
+      const uint16_t* dO = static_cast<const uint16_t*>(p.dout) + b * p.o_batch_stride +
+                           p.q_start[b] * p.o_row_stride + n * p.o_head_stride;
+      uint16_t* qt = const_cast<uint16_t*>(a.qt);
+      uint16_t* dot = const_cast<uint16_t*>(a.dot);
+      std::memset(qt, 0, static_cast<size_t>(a.ld * Dpad) * 2);  // panels past Sq stay zero
+      std::memset(dot, 0, static_cast<size_t>(a.ld * Dvpad) * 2);
+      amx::pack_b_transposed(q, p.q_row_stride, sq, D, qt, Dpad);
+      amx::pack_b_transposed(dO, p.o_row_stride, sq, Dv, dot, Dvpad);
+      amx::pack_b_rows(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld);
+      amx::pack_b_rows(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld);
+      float* lse2 = const_cast<float*>(a.lse2);
+      float* delta = const_cast<float*>(a.delta);
+      const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + p.q_start[b] * p.lse_row_stride;
+      for (int64_t i = 0; i < a.ld; ++i) {
+        if (i >= sq) {
+          lse2[i] = INFINITY;
+          delta[i] = 0.0f;
+          continue;
+        }
+        const int64_t li = lse_base + i * p.lse_row_stride;
+        const double l = p.softmax_sum ? Backward<Ops512Bf16>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li);
+        lse2[i] = static_cast<float>(l * kLog2e);
+        const uint16_t* orow = o + i * p.o_row_stride;
+        const uint16_t* drow = dO + i * p.o_row_stride;
+        float d = 0.0f;
+        for (int64_t c = 0; c < Dv; ++c) d += bf16_to_float(orow[c]) * bf16_to_float(drow[c]);
+        delta[i] = d;
+      }
+    }
+  });
+  (void)Dvp;
+}
+
+struct AmxBackward {
+  using V = __m512;
+
+  template <int kFeat>
+  static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws, const Task& t, char* slot) {
+    const int64_t b = t.b, n = t.n, h = n / p.group;
+    const int64_t D = p.head_dim, Dv = p.head_dim_v;
+    const int64_t Dpad = pad32(D), Dvpad = pad32(Dv), Dp = pad16(D), Dvp = pad16(Dv);
+    const int64_t Br = plan.amx_block_q, Bc = plan.amx_block_kv;
+    const int64_t ldS = Br + 16, ldA = Br + 32, ldK = Dp + 16, ldV = Dvp + 16;
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const int64_t ob = out_elem_bytes(out_kind);
+    // key blocks [jbeg, jend) of this chunk
+    const int64_t C = plan.bwd_chunks, chunk = t.i0;
+    const int64_t blocks = (skv + Bc - 1) / Bc;
+    const int64_t jbeg = chunk * blocks / C * Bc, jend = imin(skv, (chunk + 1) * blocks / C * Bc);
+    float* dqpart = C > 1 ? reinterpret_cast<float*>(static_cast<char*>(ws) + plan.dqpart_offset) +
+                                ((chunk * plan.dq_rows + b * plan.q_batch_rows + p.q_start[b]) * p.heads_q + n) * Dp
+                          : nullptr;
+    const int64_t dqpart_ld = p.heads_q * Dp;
+    char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
+    char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
+    const bool direct = p.group == 1;
+    // dK/dV rows past seqused_kv are zero (written once, by the last chunk, when not reduced later)
+    auto zero_kv_padding = [&]() {
+      if (!direct || chunk != C - 1) return;
+      for (int64_t j = skv; j < p.rows_kv[b]; ++j) {
+        zero_row(out_kind, dk + j * p.dk_row_stride * ob, D);
+        zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
+      }
+    };
+    if (C > 1 && jbeg >= jend) {  // empty chunk: its dQ partial is zero
+      for (int64_t i = 0; i < sq; ++i) std::memset(dqpart + i * dqpart_ld, 0, sizeof(float) * static_cast<size_t>(D));
+      zero_kv_padding();
+      return;
+    }
+    const RowWindow w = flash::row_window(p, sq, skv);
+    const AmxBwdKv kv = amx_bwd_kv(p, plan, ws, b, h);
+    const AmxBwdQ qd = amx_bwd_q(p, plan, ws, b, n);
+    const int64_t ldq = plan.amx_dq_ld;
+
+    // The slot's layout is the one flash_attention_plan.cpp sizes.
+    Carve c{slot};
+    float* dqt = c.take<float>(Dp * ldq);
+    float* st = c.take<float>(Bc * ldS);
+    float* dpt = c.take<float>(Bc * ldS);
+    uint16_t* pt = c.take<uint16_t>(Bc * ldA);
+    uint16_t* dst = c.take<uint16_t>(Bc * ldA);
+    uint16_t* dsp = c.take<uint16_t>(Br * Bc);
+    float* dkacc = c.take<float>(Bc * ldK);
+    float* dvacc = c.take<float>(Bc * ldV);
+    float* tmp = c.take<float>(17 * ldK);  // 16 transposed dQ rows + conversion scratch
+    float* bias = (kFeat & kFeatBias) ? c.take<float>(Bc * Br) : nullptr;
+    uint8_t* mt = (kFeat & kFeatBias) ? c.take<uint8_t>(Bc * Br) : nullptr;
+
+    std::memset(dqt, 0, sizeof(float) * static_cast<size_t>(Dp * ldq));
+    DropoutKey dkey;
+    DropoutLanes lanes;
+    uint64_t e_head = 0;  // dropout element of (row 0, key 0) of this head
+    if constexpr ((kFeat & kFeatDropout) != 0) {
+      dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
+      lanes.set(skv);
+      e_head = dropout_row0(p, b, n, 0);
+    }
+    float* dpse = p.want_dpse ? reinterpret_cast<float*>(static_cast<char*>(ws) + plan.dpse_offset) +
+                                    (b * p.heads_q + n) * plan.dpse_rows * plan.dpse_cols
+                              : nullptr;
+    const float c2 = static_cast<float>(p.scale * kLog2e);
+    const float sc_out = static_cast<float>(p.scale);
+    float* partial = direct ? nullptr : reinterpret_cast<float*>(static_cast<char*>(ws) + plan.partial_offset);
+    const int64_t prow0 = b * plan.kv_batch_rows + p.kv_start[b];
+
+    amx::TileScope tiles;
+    for (int64_t j0 = jbeg; j0 < jend; j0 += Bc) {
+      const int64_t nc = imin(Bc, skv - j0), ncp = pad32(nc);
+      const int64_t ilo = imax(0, w.first_row(j0)), ihi = imin(sq - 1, w.last_row(j0 + nc - 1));
+      std::memset(dkacc, 0, sizeof(float) * static_cast<size_t>(ncp * ldK));
+      std::memset(dvacc, 0, sizeof(float) * static_cast<size_t>(ncp * ldV));
+      for (int64_t i0 = ilo & ~int64_t(31); i0 <= ihi; i0 += Br) {
+        const int64_t nq = pad32(imin(Br, ihi + 1 - i0));
+        {
+          OP_PROFILE_SCOPE(kGemm);
+          amx::gemm<false>(ncp, nq, Dpad, kv.ka + j0 * Dpad, Dpad, qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, st, ldS);
+          amx::gemm<false>(ncp, nq, Dvpad, kv.va + j0 * Dvpad, Dvpad, qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, dpt,
+                           ldS);
+        }
+        {
+          OP_PROFILE_SCOPE(kSoftmax);
+          if constexpr ((kFeat & kFeatBias) != 0)
+            build_bias<float>(p, b, n, i0, imin(nq, sq - i0), j0, nc, c2, bias, mt, Br);
+          elementwise<kFeat>(p, w, qd, i0, nq, j0, nc, ncp, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, dsp, Bc, bias,
+                             Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
+        }
+        {
+          OP_PROFILE_SCOPE(kGemm);
+          amx::gemm<true>(ncp, Dvp, nq, pt, ldA, qd.dop + 32 * (i0 / 2), 16 * qd.ld, dvacc, ldV);
+          amx::gemm<true>(ncp, Dp, nq, dst, ldA, qd.qp + 32 * (i0 / 2), 16 * qd.ld, dkacc, ldK);
+          amx::gemm<true>(Dp, nq, ncp, kv.kt + j0, kv.ld, dsp, 16 * Bc, dqt + i0, ldq);
+        }
+      }
+      // dK (scaled) and dV of this key block, or their GQA partial
+      OP_PROFILE_SCOPE(kOther);
+      for (int64_t j = 0; j < nc; ++j) {
+        if (direct) {
+          store_row<float, true>(out_kind, dkacc + j * ldK, dk + (j0 + j) * p.dk_row_stride * ob, D, sc_out,
+                                 tmp + 16 * ldK);
+          store_row<float, true>(out_kind, dvacc + j * ldV, dv + (j0 + j) * p.dv_row_stride * ob, Dv, 1.0f,
+                                 tmp + 16 * ldK);
+        } else {
+          float* row = partial + ((prow0 + j0 + j) * p.heads_q + n) * (Dp + Dvp);
+          std::memcpy(row, dkacc + j * ldK, sizeof(float) * static_cast<size_t>(D));
+          std::memcpy(row + Dp, dvacc + j * ldV, sizeof(float) * static_cast<size_t>(Dv));
+        }
+      }
+    }
+
+    // dQ: the task's [D][Sq] block transposed back into rows, 16 x 16 at a time
+    OP_PROFILE_SCOPE(kReduce);
+    char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
+    for (int64_t i0 = 0; i0 < sq; i0 += 16) {
+      for (int64_t d0 = 0; d0 < Dp; d0 += 16)
+        amx::transpose16x16_u32(reinterpret_cast<const uint32_t*>(dqt + d0 * ldq + i0), ldq, 16, 16,
+                                reinterpret_cast<uint32_t*>(tmp + d0), ldK);
+      for (int64_t i = i0; i < imin(sq, i0 + 16); ++i) {
+        const float* row = tmp + (i - i0) * ldK;
+        if (C > 1)
+          std::memcpy(dqpart + i * dqpart_ld, row, sizeof(float) * static_cast<size_t>(D));
+        else
+          store_row<float, true>(out_kind, row, dq + i * p.dq_row_stride * ob, D, sc_out, tmp + 16 * ldK);
+      }
+    }
+    if (C > 1) {
+      zero_kv_padding();
+      return;
+    }
+    for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
+    zero_kv_padding();
+  }
+
+  // P^T and dS^T of key rows j0 + [0, nc) against queries i0 + [0, nq) (vectors of 16 queries):
+  // P^T = 2^(c2 S^T (+ bias) - lse2) (0 outside the row's window and past Sq), dS^T = P^T (dP^T -
+  // Delta) (dropout: P Z / keep_prob feeds dV, dP Z / keep_prob feeds dS). Written as bf16 rows
+  // pt, dst (A layout) and as key-pair panels dsp (B layout of dQ^T); key rows [nc, ncp) are zero.
+  template <int kFeat>
+  static void elementwise(const FlashAttnBwdParams& p, const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq,
+                          int64_t j0, int64_t nc, int64_t ncp, int64_t sq, float c2, float sc_out, const float* st,
+                          float* dpt, int64_t ldS, uint16_t* pt, uint16_t* dst, int64_t ldA, uint16_t* dsp,
+                          int64_t Bc, const float* bias, int64_t ldb, float* dpse, int64_t dpse_cols, uint64_t e_head,
+                          int64_t skv, const DropoutLanes& lanes, const DropoutKey& dkey) {
+    const V vc2 = _mm512_set1_ps(c2);
+    const int64_t last_q = imin(sq - 1, i0 + nq - 1);
+    for (int64_t j = 0; j < ncp; j += 2) {
+      uint16_t* pair = dsp + 32 * (j / 2);
+      if (j >= nc) {  // padding keys: zero rows and pairs
+        std::memset(pt + j * ldA, 0, static_cast<size_t>(2 * ldA) * 2);
+        std::memset(dst + j * ldA, 0, static_cast<size_t>(2 * ldA) * 2);
+        for (int64_t q0 = 0; q0 < nq; q0 += 16) std::memset(pair + q0 * Bc, 0, 64);
+        continue;
+      }
+      const bool has1 = j + 1 < nc;
+      // queries that see key j0 + j: [first_row, last_row] (clamped to the valid queries)
+      const int64_t f0 = w.first_row(j0 + j), l0 = imin(w.last_row(j0 + j), last_q);
+      const int64_t f1 = w.first_row(j0 + j + 1), l1 = imin(w.last_row(j0 + j + 1), last_q);
+      for (int64_t q0 = 0; q0 < nq; q0 += 16) {
+        const int64_t base = i0 + q0;
+        const V l2 = _mm512_loadu_ps(qd.lse2 + base);
+        const V dl = _mm512_loadu_ps(qd.delta + base);
+        const uint64_t e_vec = e_head + static_cast<uint64_t>(base * skv + j0 + j);
+        V ds0, ds1 = _mm512_setzero_ps(), pd1 = _mm512_setzero_ps();
+        V pd0 = prob<kFeat>(st + j * ldS + q0, dpt + j * ldS + q0, bias ? bias + j * ldb + q0 : nullptr, vc2, l2, dl,
+                            base, f0, l0, e_vec, lanes, dkey, &ds0);
+        if (has1)
+          pd1 = prob<kFeat>(st + (j + 1) * ldS + q0, dpt + (j + 1) * ldS + q0,
+                            bias ? bias + (j + 1) * ldb + q0 : nullptr, vc2, l2, dl, base, f1, l1, e_vec + 1, lanes,
+                            dkey, &ds1);
+        Ops512Bf16::store_bf16(pt + j * ldA + q0, pd0);
+        Ops512Bf16::store_bf16(dst + j * ldA + q0, ds0);
+        Ops512Bf16::store_bf16(pt + (j + 1) * ldA + q0, pd1);
+        Ops512Bf16::store_bf16(dst + (j + 1) * ldA + q0, ds1);
+        Ops512Bf16::store_bf16_pair(pair + q0 * Bc, ds0, ds1);
+        if (dpse) {  // scale * dS, transposed into [query][key]
+          alignas(64) float d0[16], d1[16];
+          _mm512_store_ps(d0, ds0);
+          _mm512_store_ps(d1, ds1);
+          for (int64_t l = 0; l < 16 && base + l < sq; ++l) {
+            dpse[(base + l) * dpse_cols + j0 + j] = d0[l] * sc_out;
+            if (has1) dpse[(base + l) * dpse_cols + j0 + j + 1] = d1[l] * sc_out;
+          }
+        }
+      }
+    }
+    // the rest of each A row (queries past nq) is never read: the GEMMs run over nq
+  }
+
+  // One vector of 16 queries against one key: returns P^T as it feeds dV (dropout applied),
+  // sets *ds to dS^T. Lanes outside [lo, hi] (queries that cannot see the key) are 0.
+  template <int kFeat>
+  static V prob(const float* s, const float* dp, const float* bias, V vc2, V l2, V dl, int64_t base, int64_t lo,
+                int64_t hi, uint64_t e_vec, const DropoutLanes& lanes, const DropoutKey& dkey, V* ds) {
+    V x = _mm512_mul_ps(_mm512_loadu_ps(s), vc2);
+    if constexpr ((kFeat & kFeatBias) != 0) x = _mm512_add_ps(x, _mm512_loadu_ps(bias));
+    x = Ops512Base::mask_range(x, base, lo, hi);
+    const V pv = Ops512Base::exp2(_mm512_sub_ps(x, l2));
+    V pd = pv, dpv = _mm512_loadu_ps(dp);
+    if constexpr ((kFeat & kFeatDropout) != 0) {
+      const V z = dropout_apply<Ops512Base>(_mm512_set1_ps(1.0f), e_vec, lanes, dkey);
+      pd = _mm512_mul_ps(pv, z);
+      dpv = _mm512_mul_ps(dpv, z);
+    }
+    *ds = _mm512_mul_ps(pv, _mm512_sub_ps(dpv, dl));
+    return pd;
+  }
+};
+
+}  // namespace fa
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin
+#endif  // __AVX512BF16__

@@ -1,0 +1,300 @@
+// Forward tile loop of the flash attention engine, AMX-BF16 dataflow (bf16 inputs on a CPU with
+// AMX tiles; AVX-512 translation unit only).
+//
+// Row layout, as PyTorch's CPU flash kernel: per task (b, query head n, block of
+// plan.amx_block_q query rows) and key block of plan.amx_block_kv keys, for each strip of 32
+// query rows:
+//   S = Q K^T        A = the query rows, packed once per task (zero-padded to 32 columns);
+//                    B = K^T as VNNI panels, packed once per call for every (b, kv head)
+//   softmax          over each row of S (vectors run along the keys): scale, mask/window lanes,
+//                    swa's pse / full mask / dropout, the online max and sum; P written as bf16
+//                    rows, which is exactly the A layout of the next GEMM
+//   O += P V         B = V as VNNI panels (key pairs), packed once per call; O stays in an fp32
+//                    block of the task, rescaled by the row's alpha when its max moves
+// Every GEMM operand is read from the layout tiles load, so nothing is copied between GEMMs,
+// and the tile configuration is loaded once per task (amx::TileScope). Per strip the key range
+// stops at the last key a row of the strip can see (causal and window blocks cut short); key
+// blocks outside the window are never visited.
+#pragma once
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/amx_tile.h"
+#include "kernels/common/counter_rng.h"
+#include "kernels/common/profile.h"
+#include "kernels/flash_attention/flash_attention_common.h"
+#include "kernels/flash_attention/flash_attention_swa_features.h"
+
+#if defined(__AVX512BF16__)
+namespace op_plugin {
+namespace OP_ISA_NS {
+namespace fa {
+
+// Strides of the packed operands (flash_attention_plan.h): K panels of 16 keys x Dpad, V panels
+// of 16 columns x (keys rounded up to 32).
+struct AmxPanels {
+  const uint16_t* k;  // K^T panels of (b, h): panel p (keys 16p..16p+15) at k + p * 16 * dpad
+  const uint16_t* v;  // V panels of (b, h): column panel c at v + c * vld, key pair r at + 32 r
+  int64_t dpad, vld;
+};
+
+inline AmxPanels amx_panels(const FlashAttnFwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t h) {
+  AmxPanels a;
+  a.dpad = pad32(p.head_dim);
+  const int64_t row0 = h * plan.panel_rows + plan.panel_row0[b];
+  a.k = reinterpret_cast<const uint16_t*>(static_cast<const char*>(ws) + plan.kpanel_offset) + row0 * a.dpad;
+  a.v = reinterpret_cast<const uint16_t*>(static_cast<const char*>(ws) + plan.vpanel_offset) + row0 * pad16(p.head_dim_v);
+  a.vld = pad32(p.seqlen_kv[b]) * 16;
+  return a;
+}
+
+// Packs K^T and V panels of every (b, kv head) for the actual keys [0, seqlen_kv[b]) (keys past
+// it, padding up to a multiple of 32 included, are zero: their P is 0 and 0 * garbage would not be).
+inline void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
+  constexpr int64_t kChunk = 256;  // keys per work item (a multiple of 32)
+  const int64_t D = p.head_dim, Dv = p.head_dim_v;
+  int64_t chunks = 0;
+  for (int64_t b = 0; b < p.batch; ++b) chunks = imax(chunks, (pad32(p.seqlen_kv[b]) + kChunk - 1) / kChunk);
+  op_plugin::parallel_for(0, p.batch * p.heads_kv * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t c = it % chunks, h = (it / chunks) % p.heads_kv, b = it / chunks / p.heads_kv;
+      const int64_t skv = p.seqlen_kv[b], kpad = pad32(skv);
+      const int64_t j0 = c * kChunk;
+      if (j0 >= kpad) continue;
+      const int64_t nk = imin(kChunk, kpad - j0), valid = imax(0, imin(nk, skv - j0));
+      const AmxPanels a = amx_panels(p, plan, ws, b, h);
+      uint16_t* kdst = const_cast<uint16_t*>(a.k) + (j0 / 16) * 16 * a.dpad;
+      uint16_t* vdst = const_cast<uint16_t*>(a.v) + 32 * (j0 / 2);
+      const uint16_t* k = static_cast<const uint16_t*>(p.k) + b * p.k_batch_stride +
+                          (p.kv_start[b] + j0) * p.k_row_stride + h * p.k_head_stride;
+      const uint16_t* v = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride +
+                          (p.kv_start[b] + j0) * p.v_row_stride + h * p.v_head_stride;
+      amx::pack_b_transposed(k, p.k_row_stride, valid, D, kdst, a.dpad);
+      const int64_t kpanels_written = (valid + 15) / 16;
+      std::memset(kdst + kpanels_written * 16 * a.dpad, 0,
+                  static_cast<size_t>((nk / 16 - kpanels_written) * 16 * a.dpad) * 2);
+      amx::pack_b_rows(v, p.v_row_stride, valid, Dv, vdst, a.vld, nk);
+    }
+  });
+}
+
+struct AmxForward {
+  using S = float;
+  using V = __m512;
+
+  template <int kFeat>
+  static void task(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind, const Task& t, char* slot) {
+    const int64_t b = t.b, n = t.n, i0 = t.i0;
+    const int64_t h = n / p.group;
+    const int64_t D = p.head_dim, Dv = p.head_dim_v;
+    const int64_t Br = plan.amx_block_q, Bc = plan.amx_block_kv;
+    const int64_t kLdS = flash::amx_ld_scores(Bc), kLdP = flash::amx_ld_p(Bc);
+    const int64_t Dpad = pad32(D), Dvp = pad16(Dv), ldO = Dvp + 16;
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const int64_t rows = imin(Br, sq - i0);
+    const RowWindow w = flash::row_window(p, sq, skv);
+    const AmxPanels pan = amx_panels(p, plan, ws, b, h);
+
+    Carve c{slot};
+    uint16_t* qa = c.take<uint16_t>(Br * Dpad);
+    float* s = c.take<float>(Br * kLdS);
+    uint16_t* pa = c.take<uint16_t>(Br * kLdP);
+    float* o = c.take<float>(Br * ldO);
+    float* m = c.take<float>(Br);
+    float* l = c.take<float>(Br);
+    float* tmp = c.take<float>(ldO);
+
+    // (the slot's layout is the one flash_attention_plan.cpp sizes)
+    const int64_t rows16 = (rows + 15) / 16 * 16;
+    {
+      OP_PROFILE_SCOPE(kPack);
+      // Q rows, zero-padded to Dpad columns and to a multiple of 16 rows.
+      const uint16_t* q = static_cast<const uint16_t*>(p.q) + b * p.q_batch_stride +
+                          (p.q_start[b] + i0) * p.q_row_stride + n * p.q_head_stride;
+      for (int64_t r = 0; r < rows16; ++r) {
+        uint16_t* d = qa + r * Dpad;
+        if (r < rows) {
+          std::memcpy(d, q + r * p.q_row_stride, static_cast<size_t>(D) * 2);
+          std::memset(d + D, 0, static_cast<size_t>(Dpad - D) * 2);
+        } else {
+          std::memset(d, 0, static_cast<size_t>(Dpad) * 2);
+        }
+      }
+      // P rows past `rows` stay zero for the whole task (the PV GEMM runs over whole 16-row tiles).
+      for (int64_t r = rows; r < rows16; ++r) std::memset(pa + r * kLdP, 0, sizeof(uint16_t) * kLdP);
+      std::memset(o, 0, sizeof(float) * static_cast<size_t>(rows16 * ldO));
+    }
+
+    const float c2 = static_cast<float>(p.scale * kLog2e);  // logits in log2 units
+    const bool sink = p.sinks != nullptr;
+    const float m0 = sink ? static_cast<float>(static_cast<double>(p.sinks[n]) * kLog2e) : -INFINITY;
+    for (int64_t i = 0; i < rows; ++i) {
+      m[i] = m0;
+      l[i] = sink ? 1.0f : 0.0f;
+    }
+    DropoutKey dkey;
+    DropoutLanes lanes;
+    if constexpr ((kFeat & kFeatDropout) != 0) {
+      dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
+      lanes.set(1);
+    }
+
+    amx::TileScope tiles;
+    const int64_t jlo = w.lo(i0) & ~int64_t(31), jhi = w.hi(i0 + rows - 1);
+    for (int64_t j0 = jlo; j0 <= jhi; j0 += Bc) {
+      // Strip by strip of 32 rows, so that the strip's scores, P and O stay in L1 between the
+      // GEMMs and the softmax; the block of K and V streams from L2. Keys [j0, j0 + nk) cover
+      // what the strip's rows can see (causal and window blocks are cut short per strip).
+      for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+        const int64_t srows = imin(32, rows - r0), m16 = (srows + 15) / 16 * 16;
+        const int64_t vis = imin(j0 + Bc, w.hi(i0 + r0 + srows - 1) + 1) - j0;
+        if (vis <= 0 || w.lo(i0 + r0) >= j0 + Bc) continue;
+        const int64_t nk = pad32(vis);
+        {
+          OP_PROFILE_SCOPE(kGemm);
+          amx::gemm<false>(m16, nk, Dpad, qa + r0 * Dpad, Dpad, pan.k + (j0 / 16) * 16 * Dpad, 16 * Dpad,
+                           s + r0 * kLdS, kLdS);
+        }
+        {
+          OP_PROFILE_SCOPE(kSoftmax);
+          for (int64_t r = r0; r < r0 + srows; ++r)
+            softmax_row<kFeat>(p, b, n, i0 + r, j0, nk, w, c2, s + r * kLdS, pa + r * kLdP, m + r, l + r,
+                               o + r * ldO, Dvp, dkey, lanes);
+        }
+        {
+          OP_PROFILE_SCOPE(kGemm);
+          amx::gemm<true>(m16, Dvp, nk, pa + r0 * kLdP, kLdP, pan.v + 32 * (j0 / 2), pan.vld, o + r0 * ldO, ldO);
+        }
+      }
+    }
+    OP_PROFILE_SCOPE(kOther);
+    finalize_rows<float, true>(p, out_kind, b, n, i0, rows, w, sink, m0, m, l, o, ldO, tmp);
+  }
+
+  // 2^x for x <= 0 (or NaN), the softmax's arguments (x - max): n = round(x), r = x - n, 2^r by
+  // a degree-5 minimax polynomial on [-0.5, 0.5] (relative error 2.3e-7, about 2 ulp; degree 6
+  // buys nothing a bf16 P or an fp32 sum can show), then vscalefps. x <= -150 gives exactly 0, so
+  // masked (-inf) logits contribute nothing; NaN propagates (max returns its second operand).
+  static V exp2_nonpositive(V x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
+    const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V r = _mm512_sub_ps(x, n);
+    V q = _mm512_set1_ps(1.327647129073739e-3f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.675540961325169e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.550713092088699e-2f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(2.402212023735046e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(6.931469440460205e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.000000119209290e+0f));
+    return _mm512_scalef_ps(q, n);
+  }
+
+  // One query row i over keys j0 .. j0 + nk - 1 (nk a multiple of 32): x = c2 * S (+ bias),
+  // masked to the row's window; m, l updated online; P = 2^(x - m) as bf16 (dropout applied to
+  // P only, never to the sum); the row's O rescaled when its max moves. Without swa features and
+  // with a positive scale (the usual case) the max is taken over S itself and x is formed in the
+  // exponent's FMA, so S is read twice and never written.
+  template <int kFeat>
+  static void softmax_row(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i, int64_t j0, int64_t nk,
+                          const RowWindow& w, float c2, float* srow, uint16_t* prow, float* m, float* l, float* orow,
+                          int64_t Dvp, const DropoutKey& dkey, const DropoutLanes& lanes) {
+    const int64_t lo = w.lo(i) - j0, hi = w.hi(i) - j0;  // visible keys of the row, block-relative
+    if (lo > hi || hi < 0 || lo >= nk) {
+      std::memset(prow, 0, static_cast<size_t>(nk) * 2);
+      return;
+    }
+    const bool full = lo <= 0 && hi >= nk - 1;
+    const bool plain = kFeat == 0 && c2 > 0.0f;
+    const V vc2 = _mm512_set1_ps(c2);
+    V mx = _mm512_set1_ps(-INFINITY);
+    if (plain) {
+      // two independent chains per 32 keys (a single max chain is latency-bound)
+      V mx1 = mx;
+      if (full) {
+        for (int64_t j = 0; j < nk; j += 32) {
+          mx = _mm512_max_ps(mx, _mm512_loadu_ps(srow + j));
+          mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(srow + j + 16));
+        }
+      } else {
+        for (int64_t j = 0; j < nk; j += 32) {
+          mx = _mm512_max_ps(mx, Ops512Base::mask_range(_mm512_loadu_ps(srow + j), j, lo, hi));
+          mx1 = _mm512_max_ps(mx1, Ops512Base::mask_range(_mm512_loadu_ps(srow + j + 16), j + 16, lo, hi));
+        }
+      }
+      mx = _mm512_max_ps(mx, mx1);
+    } else {
+      for (int64_t j = 0; j < nk; j += 16) {
+        V x = _mm512_mul_ps(_mm512_loadu_ps(srow + j), vc2);
+        if constexpr ((kFeat & kFeatBias) != 0) x = _mm512_add_ps(x, bias16(p, b, n, i, j0 + j, c2));
+        if (!full) x = Ops512Base::mask_range(x, j, lo, hi);
+        _mm512_storeu_ps(srow + j, x);
+        mx = _mm512_max_ps(mx, x);
+      }
+    }
+    const float bmax = _mm512_reduce_max_ps(mx);
+    const float mold = *m;
+    const float mnew = std::fmax(mold, plain ? bmax * c2 : bmax);
+    const float muse = mnew == -INFINITY ? 0.0f : mnew;  // nothing visible yet: keep exp2 finite
+    const V vm = _mm512_set1_ps(muse);
+    V sum0 = _mm512_setzero_ps(), sum1 = sum0;
+    uint64_t e0 = 0;
+    if constexpr ((kFeat & kFeatDropout) != 0) e0 = dropout_row0(p, b, n, i) + static_cast<uint64_t>(j0);
+    for (int64_t j = 0; j < nk; j += 32) {
+      V x0, x1;
+      if (plain) {
+        x0 = _mm512_fmsub_ps(_mm512_loadu_ps(srow + j), vc2, vm);
+        x1 = _mm512_fmsub_ps(_mm512_loadu_ps(srow + j + 16), vc2, vm);
+        if (!full) {
+          x0 = Ops512Base::mask_range(x0, j, lo, hi);
+          x1 = Ops512Base::mask_range(x1, j + 16, lo, hi);
+        }
+      } else {
+        x0 = _mm512_sub_ps(_mm512_loadu_ps(srow + j), vm);
+        x1 = _mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), vm);
+      }
+      V p0 = exp2_nonpositive(x0), p1 = exp2_nonpositive(x1);
+      sum0 = _mm512_add_ps(sum0, p0);
+      sum1 = _mm512_add_ps(sum1, p1);
+      if constexpr ((kFeat & kFeatDropout) != 0) {
+        p0 = dropout_apply<Ops512Base>(p0, e0 + j, lanes, dkey);
+        p1 = dropout_apply<Ops512Base>(p1, e0 + j + 16, lanes, dkey);
+      }
+      _mm512_storeu_si512(prow + j, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    }
+    const float alpha = mold == -INFINITY ? 0.0f : exp2_scalar(mold - muse);
+    *l = *l * alpha + _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+    *m = mnew;
+    if (alpha != 1.0f) {
+      const V va = _mm512_set1_ps(alpha);
+      for (int64_t c = 0; c < Dvp; c += 16) _mm512_storeu_ps(orow + c, _mm512_mul_ps(_mm512_loadu_ps(orow + c), va));
+    }
+  }
+
+  // swa's additive bias for keys jg .. jg + 15 of row i: c2 * pse, -inf where the full mask is set.
+  static V bias16(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i, int64_t jg, float c2) {
+    V x = _mm512_setzero_ps();
+    const int64_t skv = p.seqlen_kv[b];
+    const int cnt = static_cast<int>(imax(0, imin(16, skv - jg)));
+    const __mmask16 live = static_cast<__mmask16>(cnt >= 16 ? 0xffffu : (1u << cnt) - 1u);
+    if (p.pse) {
+      const int64_t base = b * p.pse_batch_stride + n * p.pse_head_stride + i * p.pse_row_stride + jg;
+      alignas(64) float f[16] = {};
+      for (int c = 0; c < cnt; ++c) f[c] = load_float(p.pse, p.pse_dtype, base + c);
+      x = _mm512_mul_ps(_mm512_load_ps(f), _mm512_set1_ps(c2));
+    }
+    if (p.full_mask) {
+      const uint8_t* mrow =
+          p.full_mask + b * p.full_mask_batch_stride + n * p.full_mask_head_stride + i * p.full_mask_row_stride + jg;
+      const __m128i bytes = _mm_maskz_loadu_epi8(live, mrow);
+      const __mmask16 masked = _mm_test_epi8_mask(bytes, bytes);
+      x = _mm512_mask_mov_ps(x, masked, _mm512_set1_ps(-INFINITY));
+    }
+    return x;
+  }
+};
+
+}  // namespace fa
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin
+#endif  // __AVX512BF16__
