@@ -95,20 +95,57 @@ inline void copy_rows_padded(const uint16_t* src, int64_t ld, int64_t rows, int6
 }
 
 // Transposes rows [0, rows) x cols [0, cols) of a bf16 matrix into dst[c][r] (row stride ldd),
-// zero for r in [rows, rows_pad) and c in [cols, cols_pad); 32 x 32 blocks through 32-bit words.
+// zero for r in [rows, rows_pad) and c in [cols, cols_pad) (rows_pad a multiple of 16, cols_pad of
+// 2): 16 x 16 transposes of 32-bit words (column pairs), each word row then split into its even
+// and odd columns.
 inline void transpose_bf16_padded(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst,
                                   int64_t ldd, int64_t rows_pad, int64_t cols_pad) {
-  alignas(64) uint16_t blk[32 * 32];
-  for (int64_t r0 = 0; r0 < rows_pad; r0 += 32)
-    for (int64_t c0 = 0; c0 < cols_pad; c0 += 32) {
-      for (int64_t r = 0; r < 32; ++r)
-        for (int64_t c = 0; c < 32; ++c) {
-          const int64_t rr = r0 + r, cc = c0 + c;
-          blk[c * 32 + r] = (rr < rows && cc < cols) ? src[rr * ld + cc] : uint16_t(0);
-        }
-      for (int64_t c = 0; c < 32 && c0 + c < cols_pad; ++c)
-        std::memcpy(dst + (c0 + c) * ldd + r0, blk + c * 32, static_cast<size_t>(imin(32, rows_pad - r0)) * 2);
+  alignas(64) uint32_t blk[16 * 16];
+  const __m512i split = _mm512_setr_epi32(0x00020000, 0x00060004, 0x000a0008, 0x000e000c, 0x00120010, 0x00160014,
+                                          0x001a0018, 0x001e001c, 0x00030001, 0x00070005, 0x000b0009, 0x000f000d,
+                                          0x00130011, 0x00170015, 0x001b0019, 0x001f001d);
+  const int64_t words = (cols + 1) / 2, wpad = cols_pad / 2;
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += 16) {
+    const int nr = static_cast<int>(imax(0, imin(16, rows - r0)));
+    for (int64_t w0 = 0; w0 < wpad; w0 += 16) {
+      const int nw = static_cast<int>(imax(0, imin(16, words - w0)));
+      if ((ld & 1) == 0 && (cols & 1) == 0) {
+        amx::transpose16x16_u32(reinterpret_cast<const uint32_t*>(src + r0 * ld + 2 * w0), ld / 2, nr, nw, blk, 16);
+      } else {  // words that straddle rows, or a last word with one value: gather them first
+        alignas(64) uint32_t g[16 * 16];
+        for (int i = 0; i < nr; ++i)
+          for (int c = 0; c < nw; ++c) {
+            const uint16_t* e = src + (r0 + i) * ld + 2 * (w0 + c);
+            const uint32_t hi = 2 * (w0 + c) + 1 < cols ? static_cast<uint32_t>(e[1]) << 16 : 0u;
+            g[i * 16 + c] = static_cast<uint32_t>(e[0]) | hi;
+          }
+        amx::transpose16x16_u32(g, 16, nr, nw, blk, 16);
+      }
+      // word row c holds (column 2c, column 2c + 1) of rows r0 .. r0 + 15
+      for (int64_t c = 0; c < 16 && w0 + c < wpad; ++c) {
+        const __m512i v = _mm512_permutexvar_epi16(split, _mm512_load_si512(blk + 16 * c));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (2 * (w0 + c)) * ldd + r0), _mm512_castsi512_si256(v));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (2 * (w0 + c) + 1) * ldd + r0),
+                            _mm512_extracti64x4_epi64(v, 1));
+      }
     }
+  }
+}
+
+// sum_c a[c] * b[c] of two bf16 rows, in fp32.
+inline float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m512 x = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + c))), 16));
+    const __m512 y = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + c))), 16));
+    acc = _mm512_fmadd_ps(x, y, acc);
+  }
+  float d = _mm512_reduce_add_ps(acc);
+  for (; c < n; ++c) d += bf16_to_float(a[c]) * bf16_to_float(b[c]);
+  return d;
 }
 
 // Packs the backward's operands (see AmxBwdKv / AmxBwdQ) for every (b, kv head) and every
@@ -163,11 +200,7 @@ inline void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, vo
         const int64_t li = lse_base + i * p.lse_row_stride;
         const double l = p.softmax_sum ? Backward<Ops512Bf16>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li);
         lse2[i] = static_cast<float>(l * kLog2e);
-        const uint16_t* orow = o + i * p.o_row_stride;
-        const uint16_t* drow = dO + i * p.o_row_stride;
-        float d = 0.0f;
-        for (int64_t c = 0; c < Dv; ++c) d += bf16_to_float(orow[c]) * bf16_to_float(drow[c]);
-        delta[i] = d;
+        delta[i] = dot_bf16(o + i * p.o_row_stride, dO + i * p.o_row_stride, Dv);
       }
     }
   });
