@@ -100,29 +100,15 @@ opStatus BlockAttentionResidualsGetWorkspaceSize(const opTensor* partial_block,
                                                  opExecutor** executor) {
   using namespace op_plugin;
   using namespace op_plugin::bar;
-  (void)valid_block_num;  // accepted and ignored (SPEC Decision 9); the binding validated it
-  if (workspace_size == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": workspace_size must not be a null pointer");
-  if (executor == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": executor must not be a null pointer");
+  OP_CHECK_NOT_NULL(workspace_size);
+  OP_CHECK_NOT_NULL(executor);
   *workspace_size = 0;
   *executor = nullptr;
-
-  Shape shape;
-  opStatus status = check_inputs(kOp, partial_block, block_res, proj_weight, norm_weight, &shape);
-  if (status != OP_SUCCESS) return status;
+  // valid_block_num is accepted (the registry checks it) and ignored (SPEC Decision 9).
+  OP_TRY(BlockAttentionResidualsCheckArguments(partial_block, block_res, proj_weight, norm_weight, valid_block_num,
+                                               norm_eps, hidden_states, inv_norm, probs));
+  const Shape shape = shape_of(*partial_block, *block_res);
   const opDataType dtype = partial_block->dtype;
-  const int64_t hidden_dims[2] = {shape.T, shape.H};
-  const int64_t stats_dims[2] = {shape.T, shape.N + 1};
-  status = check_tensor(kOp, "hidden_states", hidden_states, dtype, hidden_dims, 2, "[T, H]");
-  if (status != OP_SUCCESS) return status;
-  status = check_tensor(kOp, "inv_norm", inv_norm, stats_dtype(dtype), stats_dims, 2, "[T, N + 1]");
-  if (status != OP_SUCCESS) return status;
-  status = check_tensor(kOp, "probs", probs, stats_dtype(dtype), stats_dims, 2, "[T, N + 1]");
-  if (status != OP_SUCCESS) return status;
-  if (!(norm_eps > 0.0) || !std::isfinite(norm_eps))
-    return fail(OP_ERR_PARAM_INVALID, kOp, ": norm_eps must be positive and finite, but got ",
-                norm_eps);
 
   FwdParams params;
   params.shape = shape;

@@ -196,45 +196,17 @@ opStatus BlockAttentionResidualsGradGetWorkspaceSize(
     uint64_t* workspace_size, opExecutor** executor) {
   using namespace op_plugin;
   using namespace op_plugin::bar;
-  (void)valid_block_num;  // accepted and ignored (SPEC Decision 9); the binding validated it
-  if (workspace_size == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": workspace_size must not be a null pointer");
-  if (executor == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": executor must not be a null pointer");
+  OP_CHECK_NOT_NULL(workspace_size);
+  OP_CHECK_NOT_NULL(executor);
   *workspace_size = 0;
   *executor = nullptr;
-
-  Shape s;
-  opStatus status = check_inputs(kOp, partial_block, block_res, proj_weight, norm_weight, &s);
-  if (status != OP_SUCCESS) return status;
+  // valid_block_num is accepted (the registry checks it) and ignored (SPEC Decision 9).
+  OP_TRY(BlockAttentionResidualsGradCheckArguments(partial_block, block_res, proj_weight, norm_weight,
+                                                   grad_hidden_states, inv_norm, probs, valid_block_num,
+                                                   grad_partial_block, grad_block_res, grad_proj_weight,
+                                                   grad_norm_weight));
+  const Shape s = shape_of(*partial_block, *block_res);
   const opDataType dtype = partial_block->dtype;
-  const int64_t th[2] = {s.T, s.H};
-  const int64_t tnh[3] = {s.T, s.N, s.H};
-  const int64_t stats[2] = {s.T, s.N + 1};
-  const int64_t one_h[2] = {1, s.H};
-  const bool proj_2d = proj_weight->ndim == 2;
-  struct Check {
-    const char* name;
-    const opTensor* t;
-    opDataType dtype;
-    const int64_t* dims;
-    int ndim;
-    const char* dims_text;
-  };
-  const Check checks[] = {
-      {"grad_hidden_states", grad_hidden_states, dtype, th, 2, "[T, H]"},
-      {"inv_norm", inv_norm, stats_dtype(dtype), stats, 2, "[T, N + 1]"},
-      {"probs", probs, stats_dtype(dtype), stats, 2, "[T, N + 1]"},
-      {"grad_partial_block", grad_partial_block, dtype, th, 2, "[T, H]"},
-      {"grad_block_res", grad_block_res, dtype, tnh, 3, "[T, N, H]"},
-      {"grad_proj_weight", grad_proj_weight, dtype, proj_2d ? one_h : one_h + 1, proj_2d ? 2 : 1,
-       proj_2d ? "[1, H] (like proj_weight)" : "[H] (like proj_weight)"},
-      {"grad_norm_weight", grad_norm_weight, dtype, one_h + 1, 1, "[H]"},
-  };
-  for (const Check& c : checks) {
-    status = check_tensor(kOp, c.name, c.t, c.dtype, c.dims, c.ndim, c.dims_text);
-    if (status != OP_SUCCESS) return status;
-  }
 
   BwdParams params;
   params.shape = s;

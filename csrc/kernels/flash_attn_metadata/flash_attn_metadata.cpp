@@ -19,19 +19,23 @@ struct ZeroFillExecutor final : opExecutor {
 
 }  // namespace
 
-opStatus FlashAttnMetadataGetWorkspaceSize(int64_t, int64_t, int64_t, const opTensor*, const opTensor*,
-                                           const opTensor*, const opTensor*, const int64_t*, const int64_t*,
-                                           const int64_t*, const int64_t*, const int64_t*, const int64_t*,
-                                           const char*, const char*, const char*, bool, opTensor* metadata,
-                                           uint64_t* workspace_size, opExecutor** executor) {
-  OP_CHECK_NOT_NULL(metadata);
+opStatus FlashAttnMetadataGetWorkspaceSize(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
+                                           const opTensor* cu_seqlens_q, const opTensor* cu_seqlens_kv,
+                                           const opTensor* seqused_q, const opTensor* seqused_kv,
+                                           const int64_t* batch_size, const int64_t* max_seqlen_q,
+                                           const int64_t* max_seqlen_kv, const int64_t* mask_mode,
+                                           const int64_t* win_left, const int64_t* win_right, const char* layout_q,
+                                           const char* layout_kv, const char* layout_out, bool is_grad_enabled,
+                                           opTensor* metadata, uint64_t* workspace_size, opExecutor** executor) {
   OP_CHECK_NOT_NULL(workspace_size);
   OP_CHECK_NOT_NULL(executor);
-  OP_CHECK(metadata->dtype == OP_DT_INT32 && metadata->ndim == 1, "metadata must be a 1D int32 tensor");
-  OP_CHECK(op_plugin::is_contiguous(*metadata), "metadata must be contiguous");
+  *workspace_size = 0;
+  *executor = nullptr;
+  OP_TRY(FlashAttnMetadataCheckArguments(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_kv, seqused_q,
+                                         seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, mask_mode, win_left,
+                                         win_right, layout_q, layout_kv, layout_out, is_grad_enabled, metadata));
   auto e = std::make_unique<ZeroFillExecutor>();
   e->out = *metadata;
-  *workspace_size = 0;
   *executor = e.release();
   return OP_SUCCESS;
 }

@@ -3,8 +3,16 @@
 #pragma once
 #include "op_plugin/op_api.h"
 
+// C linkage, as aclnn's: callable by name from C, ctypes or a dlopen'd library.
+extern "C" {
+
 // toy_attn(Tensor q, Tensor k, *, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)
 // Stage 1: validates, plans, reports the workspace it needs; outputs are allocated by the caller.
 opStatus ToyAttnGetWorkspaceSize(const opTensor* q, const opTensor* k, const opTensor* mask, double scale, opTensor* out, opTensor* lse, uint64_t* workspace_size, opExecutor** executor);
+// The registry's rules over these arguments, as stage 1 runs them first: null pointers, descriptors,
+// the entry's checks (the binding's and the fake's texts) and the outputs' shapes and dtypes.
+opStatus ToyAttnCheckArguments(const opTensor* q, const opTensor* k, const opTensor* mask, double scale, opTensor* out, opTensor* lse);
 // Stage 2: computes into the outputs given to stage 1; consumes the executor.
 opStatus ToyAttn(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream stream);
+
+}  // extern "C"

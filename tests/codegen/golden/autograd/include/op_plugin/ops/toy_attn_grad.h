@@ -3,8 +3,16 @@
 #pragma once
 #include "op_plugin/op_api.h"
 
+// C linkage, as aclnn's: callable by name from C, ctypes or a dlopen'd library.
+extern "C" {
+
 // toy_attn_grad(Tensor grad_out, Tensor q, Tensor k, Tensor out, Tensor softmax_lse, Tensor? mask=None, float scale=1.0, bool deterministic=True) -> (Tensor grad_q, Tensor grad_k)
 // Stage 1: validates, plans, reports the workspace it needs; outputs are allocated by the caller.
 opStatus ToyAttnGradGetWorkspaceSize(const opTensor* grad_out, const opTensor* q, const opTensor* k, const opTensor* out, const opTensor* softmax_lse, const opTensor* mask, double scale, bool deterministic, opTensor* grad_q, opTensor* grad_k, uint64_t* workspace_size, opExecutor** executor);
+// The registry's rules over these arguments, as stage 1 runs them first: null pointers, descriptors,
+// the entry's checks (the binding's and the fake's texts) and the outputs' shapes and dtypes.
+opStatus ToyAttnGradCheckArguments(const opTensor* grad_out, const opTensor* q, const opTensor* k, const opTensor* out, const opTensor* softmax_lse, const opTensor* mask, double scale, bool deterministic, opTensor* grad_q, opTensor* grad_k);
 // Stage 2: computes into the outputs given to stage 1; consumes the executor.
 opStatus ToyAttnGrad(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream stream);
+
+}  // extern "C"

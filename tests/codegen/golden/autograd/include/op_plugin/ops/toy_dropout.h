@@ -3,11 +3,19 @@
 #pragma once
 #include "op_plugin/op_api.h"
 
+// C linkage, as aclnn's: callable by name from C, ctypes or a dlopen'd library.
+extern "C" {
+
 // toy_dropout(Tensor x, float p=0.5) -> (Tensor y, int seed, int numels)
 // Stage 1: validates, plans, reports the workspace it needs; outputs are allocated by the caller.
 // rng_seed/rng_offset: drawn by the binding from torch's default CPU generator when
 // p > 0.0, else 0; the kernel's random numbers are a pure function of them.
 // seed, numels: int outputs, written by stage 1.
 opStatus ToyDropoutGetWorkspaceSize(const opTensor* x, double p, uint64_t rng_seed, uint64_t rng_offset, opTensor* y, int64_t* seed, int64_t* numels, uint64_t* workspace_size, opExecutor** executor);
+// The registry's rules over these arguments, as stage 1 runs them first: null pointers, descriptors,
+// the entry's checks (the binding's and the fake's texts) and the outputs' shapes and dtypes.
+opStatus ToyDropoutCheckArguments(const opTensor* x, double p, uint64_t rng_seed, uint64_t rng_offset, opTensor* y, int64_t* seed, int64_t* numels);
 // Stage 2: computes into the outputs given to stage 1; consumes the executor.
 opStatus ToyDropout(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream stream);
+
+}  // extern "C"

@@ -3,8 +3,16 @@
 #pragma once
 #include "op_plugin/op_api.h"
 
+// C linkage, as aclnn's: callable by name from C, ctypes or a dlopen'd library.
+extern "C" {
+
 // toy_dropout_grad(Tensor grad_y, float p, int seed, int numels) -> Tensor grad_x
 // Stage 1: validates, plans, reports the workspace it needs; outputs are allocated by the caller.
 opStatus ToyDropoutGradGetWorkspaceSize(const opTensor* grad_y, double p, int64_t seed, int64_t numels, opTensor* grad_x, uint64_t* workspace_size, opExecutor** executor);
+// The registry's rules over these arguments, as stage 1 runs them first: null pointers, descriptors,
+// the entry's checks (the binding's and the fake's texts) and the outputs' shapes and dtypes.
+opStatus ToyDropoutGradCheckArguments(const opTensor* grad_y, double p, int64_t seed, int64_t numels, opTensor* grad_x);
 // Stage 2: computes into the outputs given to stage 1; consumes the executor.
 opStatus ToyDropoutGrad(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream stream);
+
+}  // extern "C"

@@ -3,8 +3,16 @@
 #pragma once
 #include "op_plugin/op_api.h"
 
+// C linkage, as aclnn's: callable by name from C, ctypes or a dlopen'd library.
+extern "C" {
+
 // toy_lse_attn(Tensor q, Tensor k, Tensor? bias=None, bool return_lse=False) -> (Tensor out, Tensor lse)
 // Stage 1: validates, plans, reports the workspace it needs; outputs are allocated by the caller.
 opStatus ToyLseAttnGetWorkspaceSize(const opTensor* q, const opTensor* k, const opTensor* bias, bool return_lse, opTensor* out, opTensor* lse, uint64_t* workspace_size, opExecutor** executor);
+// The registry's rules over these arguments, as stage 1 runs them first: null pointers, descriptors,
+// the entry's checks (the binding's and the fake's texts) and the outputs' shapes and dtypes.
+opStatus ToyLseAttnCheckArguments(const opTensor* q, const opTensor* k, const opTensor* bias, bool return_lse, opTensor* out, opTensor* lse);
 // Stage 2: computes into the outputs given to stage 1; consumes the executor.
 opStatus ToyLseAttn(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream stream);
+
+}  // extern "C"

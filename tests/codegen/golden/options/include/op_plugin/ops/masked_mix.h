@@ -3,8 +3,16 @@
 #pragma once
 #include "op_plugin/op_api.h"
 
+// C linkage, as aclnn's: callable by name from C, ctypes or a dlopen'd library.
+extern "C" {
+
 // masked_mix(Tensor x, Tensor? bias=None, str layout="BSND", int[]? sizes=None, int? window=None, bool flag=False, *, str layout_out="BSND", float alpha=1.0, int groups=1) -> (Tensor y, Tensor stats)
 // Stage 1: validates, plans, reports the workspace it needs; outputs are allocated by the caller.
 opStatus MaskedMixGetWorkspaceSize(const opTensor* x, const opTensor* bias, const char* layout, const opIntArray* sizes, const int64_t* window, bool flag, const char* layout_out, double alpha, int64_t groups, opTensor* y, opTensor* stats, uint64_t* workspace_size, opExecutor** executor);
+// The registry's rules over these arguments, as stage 1 runs them first: null pointers, descriptors,
+// the entry's checks (the binding's and the fake's texts) and the outputs' shapes and dtypes.
+opStatus MaskedMixCheckArguments(const opTensor* x, const opTensor* bias, const char* layout, const opIntArray* sizes, const int64_t* window, bool flag, const char* layout_out, double alpha, int64_t groups, opTensor* y, opTensor* stats);
 // Stage 2: computes into the outputs given to stage 1; consumes the executor.
 opStatus MaskedMix(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream stream);
+
+}  // extern "C"
