@@ -60,6 +60,33 @@ struct Sequences {
   int64_t max_q = 0, max_kv = 0;
 };
 
+// The one sequence-table builder of flash_attn, flash_attn_grad and swa: B sequences at the
+// cumulative offsets cum_q / cum_kv (B + 1 values from 0: TND), or B batches of rows_q / rows_kv
+// rows each (cum_* null: BSND, BNSD, ...). Actual lengths start as the rows; `shorten` (seqused)
+// may lower them before finish_sequences takes the maxima.
+inline void start_sequences(int64_t B, const int64_t* cum_q, const int64_t* cum_kv, int64_t rows_q, int64_t rows_kv,
+                            Sequences* s) {
+  s->q_start.assign(B, 0);
+  s->kv_start.assign(B, 0);
+  s->rows_q.assign(B, rows_q);
+  s->rows_kv.assign(B, rows_kv);
+  for (int64_t b = 0; cum_q != nullptr && b < B; ++b) {
+    s->q_start[b] = cum_q[b];
+    s->kv_start[b] = cum_kv[b];
+    s->rows_q[b] = cum_q[b + 1] - cum_q[b];
+    s->rows_kv[b] = cum_kv[b + 1] - cum_kv[b];
+  }
+  s->seqlen_q = s->rows_q;
+  s->seqlen_kv = s->rows_kv;
+}
+
+inline void finish_sequences(Sequences* s) {
+  for (size_t b = 0; b < s->seqlen_q.size(); ++b) {
+    s->max_q = std::max(s->max_q, s->seqlen_q[b]);
+    s->max_kv = std::max(s->max_kv, s->seqlen_kv[b]);
+  }
+}
+
 // Validates the contents of cu_seqlens / seqused (the registry checked their presence and
 // shapes) and fills the tables. q_dims/kv_dims: layout sizes of q and k. For TND, batch comes
 // from cu_seqlens_q.
@@ -87,20 +114,7 @@ inline opStatus build_sequences(Layout layout, const Dims& qd, const Dims& kd, c
                     "] = ", v[B]);
     }
   }
-  s->q_start.assign(B, 0);
-  s->kv_start.assign(B, 0);
-  s->rows_q.assign(B, qd.rows);
-  s->rows_kv.assign(B, kd.rows);
-  if (tnd) {
-    for (int64_t b = 0; b < B; ++b) {
-      s->q_start[b] = cq[b];
-      s->kv_start[b] = ckv[b];
-      s->rows_q[b] = cq[b + 1] - cq[b];
-      s->rows_kv[b] = ckv[b + 1] - ckv[b];
-    }
-  }
-  s->seqlen_q = s->rows_q;
-  s->seqlen_kv = s->rows_kv;
+  start_sequences(B, tnd ? cq.data() : nullptr, tnd ? ckv.data() : nullptr, qd.rows, kd.rows, s);
   const struct { const opTensor* t; const char* name; std::vector<int64_t>* len; int64_t limit; } used[2] = {
       {used_q, "seqused_q", &s->seqlen_q, qd.rows}, {used_kv, "seqused_kv", &s->seqlen_kv, kd.rows}};
   for (const auto& u : used) {
@@ -112,10 +126,7 @@ inline opStatus build_sequences(Layout layout, const Dims& qd, const Dims& kd, c
       if (vals[b] < (*u.len)[b]) (*u.len)[b] = vals[b];  // with cu_seqlens, the shorter wins
     }
   }
-  for (int64_t b = 0; b < B; ++b) {
-    s->max_q = std::max(s->max_q, s->seqlen_q[b]);
-    s->max_kv = std::max(s->max_kv, s->seqlen_kv[b]);
-  }
+  finish_sequences(s);
   *batch_out = B;
   return OP_SUCCESS;
 }
@@ -139,6 +150,44 @@ inline void set_strides(const Dims& d, int64_t* batch, int64_t* row, int64_t* he
   *batch = d.batch_stride;
   *row = d.row_stride;
   *head = d.head_stride;
+}
+
+// The params fill every front door shares (flash_attn, flash_attn_grad, swa_forward,
+// swa_backward): q, k, v (pointers, dtype, sizes, strides) and the sequence tables, which the
+// executor owns (the params point into them).
+inline void fill_operands(const opTensor& q, const opTensor& k, const opTensor& v, const Dims& qd, const Dims& kd,
+                          const Dims& vd, int64_t batch, const Sequences& seq, FlashAttnFwdParams* p) {
+  p->q = q.data;
+  p->k = k.data;
+  p->v = v.data;
+  p->dtype = q.dtype;
+  p->batch = batch;
+  p->heads_q = qd.heads;
+  p->heads_kv = kd.heads;
+  p->group = qd.heads / kd.heads;
+  p->head_dim = qd.dim;
+  p->head_dim_v = vd.dim;
+  p->max_seqlen_q = seq.max_q;
+  p->max_seqlen_kv = seq.max_kv;
+  set_strides(qd, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
+  set_strides(kd, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
+  set_strides(vd, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
+  p->q_start = seq.q_start.data();
+  p->kv_start = seq.kv_start.data();
+  p->seqlen_q = seq.seqlen_q.data();
+  p->seqlen_kv = seq.seqlen_kv.data();
+  p->rows_q = seq.rows_q.data();
+  p->rows_kv = seq.rows_kv.data();
+}
+
+// softmax_lse (b, n, i): [B, N, S], or [N, T] for TND (batch stride 0, rows at q_start).
+inline void set_lse(const opTensor& lse, Layout layout, FlashAttnFwdParams* p) {
+  p->lse = lse.data;
+  p->lse_dtype = lse.dtype;
+  const bool tnd = layout == Layout::kTND;
+  p->lse_batch_stride = tnd ? 0 : lse.strides[0];
+  p->lse_head_stride = tnd ? lse.strides[0] : lse.strides[1];
+  p->lse_row_stride = tnd ? lse.strides[1] : lse.strides[2];
 }
 
 // Chooses the compute path for the dtype and head dims on the active ISA.

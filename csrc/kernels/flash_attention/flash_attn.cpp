@@ -70,47 +70,15 @@ opStatus FlashAttnGetWorkspaceSize(const opTensor* q, const opTensor* k, const o
   auto ex = std::make_unique<FlashAttnExecutor>();
   int64_t B = 0;
   OP_TRY(build_sequences(lq, qd, kd, cu_seqlens_q, cu_seqlens_kv, seqused_q, seqused_kv, &ex->seq, &B));
-  const int64_t N1 = qd.heads, Dv = vd.dim;
+  const int64_t Dv = vd.dim;
   const Dims od = dims_of(*attn_out, lo);
   if (!return_softmax_lse) ex->lse_placeholder = *softmax_lse;
 
   FlashAttnFwdParams& p = ex->params;
-  p.q = q->data;
-  p.k = k->data;
-  p.v = v->data;
+  fill_operands(*q, *k, *v, qd, kd, vd, B, ex->seq, &p);
   p.out = attn_out->data;
-  p.dtype = dt;
-  p.batch = B;
-  p.heads_q = N1;
-  p.heads_kv = kd.heads;
-  p.group = N1 / kd.heads;
-  p.head_dim = qd.dim;
-  p.head_dim_v = Dv;
-  p.max_seqlen_q = ex->seq.max_q;
-  p.max_seqlen_kv = ex->seq.max_kv;
-  set_strides(qd, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
-  set_strides(kd, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
-  set_strides(vd, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
   set_strides(od, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
-  if (return_softmax_lse) {
-    p.lse = softmax_lse->data;
-    p.lse_dtype = softmax_lse->dtype;
-    if (lq == Layout::kTND) {
-      p.lse_batch_stride = 0;
-      p.lse_head_stride = softmax_lse->strides[0];
-      p.lse_row_stride = softmax_lse->strides[1];
-    } else {
-      p.lse_batch_stride = softmax_lse->strides[0];
-      p.lse_head_stride = softmax_lse->strides[1];
-      p.lse_row_stride = softmax_lse->strides[2];
-    }
-  }
-  p.q_start = ex->seq.q_start.data();
-  p.kv_start = ex->seq.kv_start.data();
-  p.seqlen_q = ex->seq.seqlen_q.data();
-  p.seqlen_kv = ex->seq.seqlen_kv.data();
-  p.rows_q = ex->seq.rows_q.data();
-  p.rows_kv = ex->seq.rows_kv.data();
+  if (return_softmax_lse) set_lse(*softmax_lse, lq, &p);
   p.scale = softmax_scale;  // forward: used as given (default 1.0)
   p.win_left = left;
   p.win_right = right;

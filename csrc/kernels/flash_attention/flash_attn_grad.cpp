@@ -66,53 +66,22 @@ opStatus FlashAttnGradGetWorkspaceSize(const opTensor* q, const opTensor* k, con
   auto ex = std::make_unique<FlashAttnGradExecutor>();
   int64_t B = 0;
   OP_TRY(build_sequences(lq, qd, kd, cu_seqlens_q, cu_seqlens_kv, seqused_q, seqused_kv, &ex->seq, &B));
-  const int64_t N1 = qd.heads;
 
   FlashAttnBwdParams& p = ex->params;
-  p.q = q->data;
-  p.k = k->data;
-  p.v = v->data;
+  fill_operands(*q, *k, *v, qd, kd, vd, B, ex->seq, &p);
   p.out = attn_out->data;
   p.dout = dout->data;
   p.dq = dq->data;
   p.dk = dk->data;
   p.dv = dv->data;
-  p.dtype = dt;
-  p.batch = B;
-  p.heads_q = N1;
-  p.heads_kv = kd.heads;
-  p.group = N1 / kd.heads;
-  p.head_dim = qd.dim;
-  p.head_dim_v = vd.dim;
-  p.max_seqlen_q = ex->seq.max_q;
-  p.max_seqlen_kv = ex->seq.max_kv;
   // dq/dk/dv have the shapes of q/k/v and dout that of attn_out, all contiguous: the same strides
   // (but in size-1 dimensions, where no index reaches them).
   const Dims dqd = dims_of(*dq, lq), dkd = dims_of(*dk, lq), dvd = dims_of(*dv, lq);
-  set_strides(qd, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
-  set_strides(kd, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
-  set_strides(vd, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
   set_strides(od, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
   set_strides(dqd, &p.dq_batch_stride, &p.dq_row_stride, &p.dq_head_stride);
   set_strides(dkd, &p.dk_batch_stride, &p.dk_row_stride, &p.dk_head_stride);
   set_strides(dvd, &p.dv_batch_stride, &p.dv_row_stride, &p.dv_head_stride);
-  p.lse = softmax_lse->data;
-  p.lse_dtype = softmax_lse->dtype;
-  if (lq == Layout::kTND) {
-    p.lse_batch_stride = 0;
-    p.lse_head_stride = softmax_lse->strides[0];
-    p.lse_row_stride = softmax_lse->strides[1];
-  } else {
-    p.lse_batch_stride = softmax_lse->strides[0];
-    p.lse_head_stride = softmax_lse->strides[1];
-    p.lse_row_stride = softmax_lse->strides[2];
-  }
-  p.q_start = ex->seq.q_start.data();
-  p.kv_start = ex->seq.kv_start.data();
-  p.seqlen_q = ex->seq.seqlen_q.data();
-  p.seqlen_kv = ex->seq.seqlen_kv.data();
-  p.rows_q = ex->seq.rows_q.data();
-  p.rows_kv = ex->seq.rows_kv.data();
+  set_lse(*softmax_lse, lq, &p);
   p.scale = softmax_scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(qd.dim)) : softmax_scale;
   p.win_left = left;
   p.win_right = right;

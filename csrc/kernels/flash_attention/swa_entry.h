@@ -131,26 +131,15 @@ inline opStatus make_geometry(const opTensor* query, const opTensor* key, const 
     OP_CHECK(cq.size() == ckv.size(), "actual_seq_qlen and actual_seq_kvlen must keep the same number of batches (",
              cq.size() - 1, " vs ", ckv.size() - 1, " before their trailing zeros)");
     B = static_cast<int64_t>(cq.size()) - 1;
-    for (int64_t b = 0; b < B; ++b) {
-      s.q_start.push_back(cq[b]);
-      s.kv_start.push_back(ckv[b]);
-      s.rows_q.push_back(cq[b + 1] - cq[b]);
-      s.rows_kv.push_back(ckv[b + 1] - ckv[b]);
-    }
+    start_sequences(B, cq.data(), ckv.data(), 0, 0, &s);
   } else {
-    s.q_start.assign(B, 0);
-    s.kv_start.assign(B, 0);
-    s.rows_q.assign(B, g->q.rows);
-    s.rows_kv.assign(B, g->k.rows);
+    start_sequences(B, nullptr, nullptr, g->q.rows, g->k.rows, &s);
   }
-  s.seqlen_q = s.rows_q;
-  s.seqlen_kv = s.rows_kv;
+  finish_sequences(&s);
   g->batch = B;
   g->elem_start.assign(B, 0);
   int64_t e = 0;
   for (int64_t b = 0; b < B; ++b) {
-    s.max_q = std::max(s.max_q, s.seqlen_q[b]);
-    s.max_kv = std::max(s.max_kv, s.seqlen_kv[b]);
     g->elem_start[b] = e;
     e += head_num * s.seqlen_q[b] * s.seqlen_kv[b];
   }
@@ -239,27 +228,7 @@ inline void fill_params(const Geometry& g, const MaskPlan& m, const opTensor* qu
                         const opTensor* value, const opTensor* pse, const std::vector<double>* sink, double scale,
                         double keep_prob, uint64_t seed, uint64_t offset, const opTensor* stats_max,
                         const opTensor* stats_sum, FlashAttnFwdParams* p) {
-  p->q = query->data;
-  p->k = key->data;
-  p->v = value->data;
-  p->dtype = g.dtype;
-  p->batch = g.batch;
-  p->heads_q = g.heads;
-  p->heads_kv = g.heads_kv;
-  p->group = g.heads / g.heads_kv;
-  p->head_dim = g.dim;
-  p->head_dim_v = g.dim_v;
-  p->max_seqlen_q = g.seq.max_q;
-  p->max_seqlen_kv = g.seq.max_kv;
-  set_strides(g.q, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
-  set_strides(g.k, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
-  set_strides(g.v, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
-  p->q_start = g.seq.q_start.data();
-  p->kv_start = g.seq.kv_start.data();
-  p->seqlen_q = g.seq.seqlen_q.data();
-  p->seqlen_kv = g.seq.seqlen_kv.data();
-  p->rows_q = g.seq.rows_q.data();
-  p->rows_kv = g.seq.rows_kv.data();
+  fill_operands(*query, *key, *value, g.q, g.k, g.v, g.batch, g.seq, p);
   p->scale = scale;
   p->win_left = m.left;
   p->win_right = m.right;
