@@ -124,6 +124,9 @@ class OpEntry:
     # random: the binding draws (rng_seed, rng_offset) from torch's default CPU generator when this
     # holds (else passes 0, 0), so torch.manual_seed reproduces a call and the kernel stays pure.
     random_when: Optional[Expr] = None
+    # The registry's dtypes: (tensor argument, allowed dtypes), in order; the first one's dtypes
+    # are the typed entry points the generated stage 2 dispatches to.
+    dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def name(self) -> str:

@@ -228,7 +228,10 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
     if not isinstance(doc, str):
         errors.add(_line(e, "doc"), name, "'doc:' must be text")
         doc = ""
-    return OpEntry(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs),
+    spec = e.get("dtypes", {})
+    dtypes = tuple((str(k), tuple(spec[k])) for k in _keys(spec) if isinstance(spec[k], list)) if isinstance(
+        spec, dict) else ()
+    return OpEntry(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs), dtypes=dtypes,
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
                    entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16],

@@ -65,3 +65,42 @@ class KernelExprRenderer(ExprRenderer):
         for part in m.parts:
             pieces.append(cpp_string(part) if isinstance(part, str) else f"op_plugin::check::fmt({self.value(part.tree)})")
         return ", ".join(pieces) if pieces else '""'
+
+
+# ---- the generated stages (op_plugin/ops/<op>_stages.inc) ----------------------------------------
+
+# How <Kernel>Args keeps each kind of stage-1 parameter (owning copies; None is an empty optional),
+# and how stage 1 fills it from the parameter ``{n}``.
+_ARG_FIELDS = {
+    E.TENSOR: ("opTensor", "*{n}"),
+    E.TENSOR + E.OPTIONAL: ("std::optional<opTensor>", "{n} != nullptr ? std::optional<opTensor>(*{n}) : std::nullopt"),
+    E.INT: ("int64_t", "{n}"), E.FLOAT: ("double", "{n}"), E.BOOL: ("bool", "{n}"), "rng": ("uint64_t", "{n}"),
+    E.STR: ("std::string", "{n}"),
+    E.STR + E.OPTIONAL: ("std::optional<std::string>",
+                         "{n} != nullptr ? std::optional<std::string>({n}) : std::nullopt"),
+    E.INT + E.OPTIONAL: ("std::optional<int64_t>", "{n} != nullptr ? std::optional<int64_t>(*{n}) : std::nullopt"),
+    E.FLOAT + E.OPTIONAL: ("std::optional<double>", "{n} != nullptr ? std::optional<double>(*{n}) : std::nullopt"),
+    E.INT_LIST: ("std::vector<int64_t>", "std::vector<int64_t>({n}->data, {n}->data + {n}->size)"),
+    E.INT_LIST + E.OPTIONAL: ("std::optional<std::vector<int64_t>>",
+                              "{n} != nullptr ? std::optional<std::vector<int64_t>>(std::vector<int64_t>("
+                              "{n}->data, {n}->data + {n}->size)) : std::nullopt"),
+}
+
+# The storage type of each registry dtype: the T of a kernel's typed entry point run<T>.
+STORAGE_TYPES = {"float16": "op_plugin::Half", "bfloat16": "op_plugin::BFloat16", "float32": "float",
+                 "float64": "double", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "int64": "int64_t",
+                 "bool_": "bool"}
+
+
+def args_fields(params: list) -> list[dict[str, str]]:
+    """The fields of <Kernel>Args, one per stage-1 parameter: type, name and how stage 1 fills it
+    (the int outputs are fields the kernel's plan writes, copied out by stage 1)."""
+    fields = []
+    for p in params:
+        if p.is_output and p.kind == E.INT:
+            fields.append({"type": "int64_t", "name": p.name, "capture": "", "int_output": True})
+        else:
+            kind = E.TENSOR if p.is_output else p.kind
+            c_type, capture = _ARG_FIELDS[kind]
+            fields.append({"type": c_type, "name": p.name, "capture": capture.format(n=p.name), "int_output": False})
+    return fields

@@ -28,7 +28,8 @@ FIXTURES = HERE / "fixtures"
 GOLDEN = HERE / "golden"
 FIXTURE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.yaml"))
 
-PER_OP = ("bindings/{op}.cpp", "include/op_plugin/ops/{op}.h", "kernels/{op}_checks.cpp")
+PER_OP = ("bindings/{op}.cpp", "include/op_plugin/ops/{op}.h", "include/op_plugin/ops/{op}_stages.inc",
+          "kernels/{op}_checks.cpp")
 AGGREGATE = {"bindings/register_schema.cpp", "bindings/helpers_module.cpp", "python/fakes.py",
              "python/ops.py", "python/ops.pyi"}
 
@@ -90,6 +91,11 @@ def test_golden_covers_the_features_it_claims(tmp_path: Path) -> None:
     assert "op_plugin::formulas::toy_bias_grad(grad_out, out, bias)" in lse_attn
     dropout = (tmp_path / "a/bindings/toy_dropout_autograd.cpp").read_text()
     assert "int_outputs[0] = seed;" in dropout and "op_plugin::as_argument(saved.seed)" in dropout
+    stages = (tmp_path / "a/include/op_plugin/ops/toy_dropout_stages.inc").read_text()
+    assert "*seed = ex->args.seed;" in stages  # the plan writes the int outputs into the captured args
+    assert "return ToyDropoutKernel::run(args, plan, workspace);" in stages  # no dtypes: one entry point
+    typed = (tmp_path / "o/include/op_plugin/ops/masked_mix_stages.inc").read_text()
+    assert "case OP_DT_BF16: return MaskedMixKernel::run<op_plugin::BFloat16>(args, plan, workspace);" in typed
     checks = (tmp_path / "a/kernels/toy_attn_checks.cpp").read_text()
     assert 'return fail(OP_ERR_PARAM_INVALID, "q and k must be [S, D] with one D, but got "' in checks
     fakes = (tmp_path / "o/python/fakes.py").read_text()
@@ -122,7 +128,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     registry = str(FIXTURES / "autograd.yaml")
     _generate("autograd", out)
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
-    assert capsys.readouterr().out == "codegen: 23 files up to date\n"
+    assert capsys.readouterr().out == "codegen: 28 files up to date\n"
 
     edited = out / "bindings/toy_attn.cpp"
     hand_edit = edited.read_text() + "// a hand edit the templates know nothing about\n"
@@ -135,7 +141,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     assert edited.read_text() == hand_edit and not (out / "python/ops.pyi").exists()  # --check wrote nothing
 
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 21 unchanged")
+    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 26 unchanged")
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
 
 
