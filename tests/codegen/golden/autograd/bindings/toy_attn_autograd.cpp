@@ -24,9 +24,9 @@ using torch::autograd::variable_list;
 // What the backward reads besides the saved tensors: one capsule in ctx->saved_data.
 struct ToyAttnSaved : torch::CustomClassHolder {
   double scale{};
-  // Shape and dtype of out: its gradient is zero when none comes in.
+  // Shape, dtype and device of out: its gradient is zero when none comes in.
   std::vector<c10::SymInt> out_sizes;
-  at::ScalarType out_dtype = at::kFloat;
+  at::TensorOptions out_options;
   // Input edge of each argument of forward() (-1: not a tensor, or an optional tensor that was None).
   std::array<int, 5> edge{};
 };
@@ -41,7 +41,7 @@ struct ToyAttnAutograd : torch::autograd::Function<ToyAttnAutograd> {
     auto saved = c10::make_intrusive<ToyAttnSaved>();
     saved->scale = op_plugin::saved_value(scale);
     saved->out_sizes = out.sym_sizes().vec();
-    saved->out_dtype = out.scalar_type();
+    saved->out_options = out.options();
     saved->edge.fill(-1);
     int edges = 0;
     saved->edge[1] = edges++;
@@ -64,7 +64,7 @@ struct ToyAttnAutograd : torch::autograd::Function<ToyAttnAutograd> {
     const at::Tensor& mask = tensors[4];
     at::Tensor grad_out = grad_outputs[0];
     if (!grad_out.defined())
-      grad_out = at::zeros_symint(saved.out_sizes, at::TensorOptions().dtype(saved.out_dtype));
+      grad_out = at::zeros_symint(saved.out_sizes, saved.out_options);
     auto needs = [&](int arg) { return saved.edge[arg] >= 0 && ctx->needs_input_grad(saved.edge[arg]); };
 
     static const auto backward_op =

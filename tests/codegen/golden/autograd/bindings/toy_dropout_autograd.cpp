@@ -26,9 +26,9 @@ struct ToyDropoutSaved : torch::CustomClassHolder {
   double p{};
   int64_t seed{};
   int64_t numels{};
-  // Shape and dtype of y: its gradient is zero when none comes in.
+  // Shape, dtype and device of y: its gradient is zero when none comes in.
   std::vector<c10::SymInt> y_sizes;
-  at::ScalarType y_dtype = at::kFloat;
+  at::TensorOptions y_options;
   // Input edge of each argument of forward() (-1: not a tensor, or an optional tensor that was None).
   std::array<int, 4> edge{};
 };
@@ -46,7 +46,7 @@ struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
     saved->seed = op_plugin::saved_value(seed);
     saved->numels = op_plugin::saved_value(numels);
     saved->y_sizes = y.sym_sizes().vec();
-    saved->y_dtype = y.scalar_type();
+    saved->y_options = y.options();
     saved->edge.fill(-1);
     int edges = 0;
     saved->edge[1] = edges++;
@@ -60,7 +60,7 @@ struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
     const auto& saved = *static_cast<const ToyDropoutSaved*>(ctx->saved_data["saved"].toCapsule().get());
     at::Tensor grad_y = grad_outputs[0];
     if (!grad_y.defined())
-      grad_y = at::zeros_symint(saved.y_sizes, at::TensorOptions().dtype(saved.y_dtype));
+      grad_y = at::zeros_symint(saved.y_sizes, saved.y_options);
     auto needs = [&](int arg) { return saved.edge[arg] >= 0 && ctx->needs_input_grad(saved.edge[arg]); };
 
     static const auto backward_op =

@@ -24,9 +24,9 @@ using torch::autograd::variable_list;
 // autograd.yaml:38: toy_lse_attn -> toy_attn_grad
 // What the backward reads besides the saved tensors: one capsule in ctx->saved_data.
 struct ToyLseAttnSaved : torch::CustomClassHolder {
-  // Shape and dtype of out: its gradient is zero when none comes in.
+  // Shape, dtype and device of out: its gradient is zero when none comes in.
   std::vector<c10::SymInt> out_sizes;
-  at::ScalarType out_dtype = at::kFloat;
+  at::TensorOptions out_options;
   // Input edge of each argument of forward() (-1: not a tensor, or an optional tensor that was None).
   std::array<int, 5> edge{};
 };
@@ -40,7 +40,7 @@ struct ToyLseAttnAutograd : torch::autograd::Function<ToyLseAttnAutograd> {
     ctx->save_for_backward({q, k, out, lse, op_plugin::as_tensor(bias)});
     auto saved = c10::make_intrusive<ToyLseAttnSaved>();
     saved->out_sizes = out.sym_sizes().vec();
-    saved->out_dtype = out.scalar_type();
+    saved->out_options = out.options();
     saved->edge.fill(-1);
     int edges = 0;
     saved->edge[1] = edges++;
@@ -63,7 +63,7 @@ struct ToyLseAttnAutograd : torch::autograd::Function<ToyLseAttnAutograd> {
     const at::Tensor& bias = tensors[4];
     at::Tensor grad_out = grad_outputs[0];
     if (!grad_out.defined())
-      grad_out = at::zeros_symint(saved.out_sizes, at::TensorOptions().dtype(saved.out_dtype));
+      grad_out = at::zeros_symint(saved.out_sizes, saved.out_options);
     auto needs = [&](int arg) { return saved.edge[arg] >= 0 && ctx->needs_input_grad(saved.edge[arg]); };
 
     static const auto backward_op =
@@ -92,8 +92,9 @@ struct ToyLseAttnAutograd : torch::autograd::Function<ToyLseAttnAutograd> {
   variable_list result = ToyLseAttnAutograd::apply(ks, q, k, bias, true);
   if (return_lse != true) {
     // The caller asked for other values: the outputs they shape are zero-filled, shaped by the
-    // caller's arguments (the registry's rules over SymInt, so fake tensors work too).
-    result[1] = at::zeros_symint((return_lse ? std::vector<c10::SymInt>{q.sym_size(0)} : std::vector<c10::SymInt>{1}), at::TensorOptions().dtype(at::kFloat));
+    // caller's arguments (the registry's rules over SymInt, so fake tensors work too), on the
+    // device of the other outputs (meta inputs give meta outputs).
+    result[1] = at::zeros_symint((return_lse ? std::vector<c10::SymInt>{q.sym_size(0)} : std::vector<c10::SymInt>{1}), result[0].options().dtype(at::kFloat));
   }
   return ::std::tuple<at::Tensor,at::Tensor>(result[0], result[1]);
 }
