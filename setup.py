@@ -33,7 +33,8 @@ include_dirs = [os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "include"
 # OP_PLUGIN_SANITIZE=1 (ci/sanitize.sh): ASan+UBSan kernels in their own directory, bindings and link too
 sanitize = helpers.sanitize_flags().split()
 kernels_dir = os.path.join(ROOT, "build", "kernels-sanitize" if sanitize else "kernels")
-kernels_lib = helpers.build_kernels(kernels_dir, helpers.kernel_sources(os.path.join(ROOT, "csrc")), include_dirs)
+kernels_lib = helpers.build_kernels(kernels_dir, helpers.kernel_sources(os.path.join(ROOT, "csrc"), os.path.join(ROOT, GENERATED)),
+                                   include_dirs, shared=True)
 
 binding_sources = sorted(glob.glob(os.path.join(GENERATED, "bindings", "*.cpp"))) + sorted(glob.glob(os.path.join("csrc", "bindings", "*.cpp")))
 build_flags = f"torch {torch.__version__}; kernels {helpers.KERNEL_CFLAGS}; isa variants {sorted(helpers.ISA_FLAGS)}"
@@ -43,14 +44,17 @@ if sanitize:
 
 class BuildPyWithGenerated(build_py):
     """Copies the generated Python modules into op_plugin/_generated/, the generator into
-    op_plugin/_tree/ (so op-plugin list/gen/new and op_package work without a checkout) and
-    records the torch version."""
+    op_plugin/_tree/ (so op-plugin list/gen/new and op_package work without a checkout), the C++
+    SDK into op_plugin/{include,lib,share} and records the torch version."""
 
     def run(self):
         super().run()
         helpers.copy_generated_python(GENERATED, os.path.join(self.build_lib, "op_plugin", "_generated"),
                                       "op_plugin_functions.yaml")
         helpers.copy_tree_parts(ROOT, os.path.join(self.build_lib, "op_plugin", helpers.TREE))
+        # The C++ SDK: headers, the shared kernel library and a CMake package config.
+        helpers.install_sdk([os.path.join(ROOT, "csrc", "include"), os.path.join(ROOT, GENERATED, "include")],
+                            os.path.join(kernels_dir, helpers.SHARED_LIBRARY), os.path.join(self.build_lib, "op_plugin"))
         with open(os.path.join(self.build_lib, "op_plugin", "_build_info.py"), "w") as f:
             f.write(f'TORCH_VERSION = "{torch.__version__}"\nBUILD_FLAGS = {build_flags!r}\n')
 

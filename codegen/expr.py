@@ -79,6 +79,10 @@ class Expr:
     def __str__(self) -> str:
         return self.source
 
+    def names(self) -> set[str]:
+        """Every name the expression reads."""
+        return {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name)}
+
 
 @dataclass(frozen=True)
 class Message:

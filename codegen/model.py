@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from torchgen.model import Arguments, FunctionSchema
+from torchgen.model import FunctionSchema
 
 from codegen.expr import Expr, Message
 
@@ -77,8 +77,8 @@ class BackwardInput:
 
 @dataclass(frozen=True)
 class Formula:
-    """A gradient the backward op does not return, computed by a Python function of
-    ``op_plugin.autograd_formulas`` (as derivatives.yaml formulas call FunctionsManual helpers)."""
+    """A gradient the backward op does not return, computed by a C++ function of
+    csrc/bindings/autograd_formulas.h (as derivatives.yaml formulas call FunctionsManual helpers)."""
 
     function: str
     args: tuple[BackwardInput, ...]
@@ -124,33 +124,26 @@ class OpEntry:
     # random: the binding draws (rng_seed, rng_offset) from torch's default CPU generator when this
     # holds (else passes 0, 0), so torch.manual_seed reproduces a call and the kernel stays pure.
     random_when: Optional[Expr] = None
+    # The registry's dtypes: (tensor argument, allowed dtypes), in order; the first one's dtypes
+    # are the typed entry points the generated stage 2 dispatches to.
+    dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def name(self) -> str:
         return str(self.func.name)
 
+    def outputs_shaped_by(self, args: set[str]) -> list[str]:
+        """The outputs whose shape or dtype rule reads one of ``args``, directly or through lets."""
+        depends = set(args)
+        for rule in self.rules:
+            if isinstance(rule, Let) and rule.expr.names() & depends:
+                depends.add(rule.name)
+        return [o.name for o in self.outputs if (o.shape.names() | o.dtype.names()) & depends]
+
     @property
     def source(self) -> str:
         # No line number: editing another entry must not touch this op's files.
         return f"{self.loc.file} entry {self.name} (sha256 {self.entry_hash})"
-
-    @property
-    def registered_func(self) -> FunctionSchema:
-        """The schema given to ``m.def``.
-
-        torch's ``register_autograd`` refuses keyword-only Tensor arguments (SPEC Decision 11),
-        so for ops with a backward every keyword-only argument is registered positional; the
-        Python wrapper keeps the documented keyword-only call.
-        """
-        a = self.func.arguments
-        if self.autograd is None or not any(x.type.is_tensor_like() for x in a.kwarg_only):
-            return self.func
-        positional = Arguments(
-            pre_self_positional=(), self_arg=None,
-            post_self_positional=tuple(a.flat_positional) + tuple(a.flat_kwarg_only),
-            pre_tensor_options_kwarg_only=(), tensor_options=None,
-            post_tensor_options_kwarg_only=(), out=())
-        return FunctionSchema(name=self.func.name, arguments=positional, returns=self.func.returns)
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,10 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
     if not isinstance(doc, str):
         errors.add(_line(e, "doc"), name, "'doc:' must be text")
         doc = ""
-    return OpEntry(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs),
+    spec = e.get("dtypes", {})
+    dtypes = tuple((str(k), tuple(spec[k])) for k in _keys(spec) if isinstance(spec[k], list)) if isinstance(
+        spec, dict) else ()
+    return OpEntry(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs), dtypes=dtypes,
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
                    entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16],
@@ -542,7 +545,7 @@ def _parse_autograd(e: dict[str, Any], func: FunctionSchema, op: str, path: str,
             formula = _parse_formula(value)
             if formula is None:
                 errors.add(_line(grads_spec, k, line), op, f"autograd.grads: {k}: {value!r} is neither a backward "
-                           "output nor a call f(name, grad(output), ...) of op_plugin.autograd_formulas")
+                           "output nor a call f(name, grad(output), ...) of csrc/bindings/autograd_formulas.h")
             else:
                 formulas.append((str(k), formula))
         else:
@@ -701,6 +704,11 @@ def _check_across_entries(ops: list[OpEntry], errors: _Errors,
             if out not in fwd_outputs:
                 errors.add(at("non_differentiable"), op.name,
                            f"autograd.non_differentiable: {out!r} is not an output of {op.name}")
+        for out in op.outputs_shaped_by({name for name, _ in pair.forward_overrides}):
+            if out not in pair.non_differentiable:
+                errors.add(at("forward_overrides"), op.name,
+                           f"autograd.forward_overrides: output {out!r} depends on them, so it is returned "
+                           "zero-filled to the caller; it must be listed under non_differentiable")
         ops[i] = dataclasses.replace(op, autograd=dataclasses.replace(pair, inputs=tuple(resolved),
                                                                       formulas=tuple(formulas)))
 

@@ -23,10 +23,15 @@ def cpp_string(s: str) -> str:
 
 
 class ExprRenderer:
-    """Renders a checked expression; ``env`` gives each name's kind (for optional access)."""
+    """Renders a checked expression; ``env`` gives each name's kind (for optional access).
 
-    def __init__(self, env: dict[str, str]) -> None:
+    ``symbolic`` renders sizes as c10::SymInt (``sym_size``, ``sym_sizes``): the surface of the
+    shape rules the Autograd kernel evaluates, which also runs on fake tensors with symbolic shapes.
+    """
+
+    def __init__(self, env: dict[str, str], symbolic: bool = False) -> None:
         self.env = env
+        self.symbolic = symbolic
 
     def __call__(self, e: Expr) -> str:
         return self.render(e.tree)
@@ -57,11 +62,16 @@ class ExprRenderer:
             return node.id
         if isinstance(node, ast.Attribute):
             owner = self.value(node.value)
-            return f"{owner}.scalar_type()" if node.attr == "dtype" else f"{owner}.sizes()"
+            if node.attr == "dtype":
+                return f"{owner}.scalar_type()"
+            return f"{owner}.sym_sizes()" if self.symbolic else f"{owner}.sizes()"
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute):
                 args = ", ".join(self.render(a) for a in node.args)
-                return f"{self.value(node.func.value)}.{node.func.attr}({args})"
+                method = node.func.attr
+                if self.symbolic and method in ("size", "numel"):
+                    method = "sym_" + method
+                return f"{self.value(node.func.value)}.{method}({args})"
             name = node.func.id  # type: ignore[attr-defined]
             args = ", ".join(self.value(a) for a in node.args)
             if name == "len":
@@ -94,7 +104,8 @@ class ExprRenderer:
                 return f"({self.render(node.test)} ? {self.value(node.body)} : {self.value(node.orelse)})"
             return f"({self.render(node.test)} ? {self.render(node.body)} : {self.render(node.orelse)})"
         if isinstance(node, ast.List):
-            return "std::vector<int64_t>{" + ", ".join(self.value(x) for x in node.elts) + "}"
+            element = "c10::SymInt" if self.symbolic else "int64_t"
+            return f"std::vector<{element}>{{" + ", ".join(self.value(x) for x in node.elts) + "}"
         raise AssertionError(f"unchecked node {ast.dump(node)}")
 
     def message(self, op_name: str, m: Message) -> str:

@@ -1,86 +1,147 @@
-"""python/autograd.py: the autograd kernel of every forward with an 'autograd:' pairing."""
+"""bindings/<op>_autograd.cpp: the C++ Autograd kernel of every forward with an 'autograd:' pairing.
+
+Like torchgen's VariableType: a torch::autograd::Function per pairing, registered at the Autograd
+key, so no Python runs on an op's eager path. The forward redispatches below autograd, saves what
+the backward op and the formulas read, and marks the non-differentiable outputs; the backward
+calls the backward op through the dispatcher (so double backward meets its not-implemented
+kernel) and the formulas of csrc/bindings/autograd_formulas.h.
+"""
 from __future__ import annotations
 
 import ast
 from typing import Any
 
+from torchgen.api import cpp as torchgen_cpp
+
 from codegen import expr as E
+from codegen.api import cpp
+from codegen.dest.bindings import env_of
 from codegen.file_manager import FileManager
-from codegen.model import Let, OpEntry, Registry
+from codegen.model import BackwardInput, Let, OpEntry, Registry
+
+# How a non-tensor value the backward reads is kept in the saved struct, by kind.
+_SAVED_TYPES = {E.INT: "int64_t", E.FLOAT: "double", E.BOOL: "bool", E.STR: "std::string",
+                E.STR + E.OPTIONAL: "std::optional<std::string>", E.INT + E.OPTIONAL: "std::optional<int64_t>",
+                E.FLOAT + E.OPTIONAL: "std::optional<double>", E.INT_LIST: "std::vector<int64_t>",
+                E.INT_LIST + E.OPTIONAL: "std::optional<std::vector<int64_t>>"}
 
 
 def _outputs(op: OpEntry) -> list[str]:
     return [r.name or f"result{i}" for i, r in enumerate(op.func.returns)]
 
 
-def _names(e: E.Expr) -> set[str]:
-    return {n.id for n in ast.walk(e.tree) if isinstance(n, ast.Name)}
+def _lets_for(op: OpEntry, exprs: list[E.Expr]) -> list[Let]:
+    """The lets ``exprs`` read, directly or through other lets, in registry order."""
+    lets = [r for r in op.rules if isinstance(r, Let)]
+    wanted = set().union(*(e.names() for e in exprs))
+    for let in reversed(lets):
+        if let.name in wanted:
+            wanted |= let.expr.names()
+    return [let for let in lets if let.name in wanted]
 
 
-def _outputs_depending_on(op: OpEntry, args: set[str]) -> list[int]:
-    """Indices of the outputs whose shape or dtype rule reads one of ``args`` (through lets)."""
-    depends = set(args)
-    for rule in op.rules:
-        if isinstance(rule, Let) and _names(rule.expr) & depends:
-            depends.add(rule.name)
-    return [i for i, o in enumerate(op.outputs) if (_names(o.shape) | _names(o.dtype)) & depends]
+def _cpp_literal(python_literal: str) -> str:
+    value = ast.literal_eval(python_literal)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return cpp.cpp_string(value) if isinstance(value, str) else repr(value)
 
 
 def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
     pair = op.autograd
     assert pair is not None
-    args = [a.name for a in op.registered_func.arguments.flat_all]
-    kinds = {a.name: E.kind_of_type(a.type) for a in op.registered_func.arguments.flat_all}
-    kinds.update({name: E.kind_of_type(r.type) for name, r in zip(_outputs(op), op.func.returns)})
+    func = op.func
+    args = cpp.binding_args(func)
+    kinds = {a.name: a.kind for a in args}
+    outputs = _outputs(op)
+    int_outputs = [o.name for o in op.int_outputs]
+    tensor_outputs = [n for n in outputs if n not in int_outputs]
+    kinds.update({n: E.INT for n in int_outputs})
+    kinds.update({n: E.TENSOR for n in tensor_outputs})
+
     saved = list(dict.fromkeys(src.name for src in pair.saved_sources()))
     saved_tensors = [n for n in saved if E.base(kinds[n]) == E.TENSOR]
-    saved_values = [n for n in saved if E.base(kinds[n]) != E.TENSOR]
+    saved_values = [{"name": n, "type": _SAVED_TYPES[kinds[n]]} for n in saved if E.base(kinds[n]) != E.TENSOR]
+    grad_sources = list(pair.grad_sources())
 
-    def value_of(src: Any) -> str:
+    def value_of(src: BackwardInput) -> str:
+        """The backward's view of a forward input, output or incoming gradient."""
         if src.source == "grad":
             return f"grad_{src.name}"
-        return src.name if src.name in saved_tensors else f"ctx.{src.name}"
+        if src.name in saved_tensors:
+            return src.name
+        return f"op_plugin::as_argument(saved.{src.name})"
 
-    call_args = [(bwd_arg, value_of(src)) for bwd_arg, src in pair.inputs]
+    # Every backward argument, in order: its source, or its default (the typed call passes all).
+    sources = dict(pair.inputs)
+    bwd_args = cpp.binding_args(backward.func)
+    by_name = {a.name: a for a in backward.func.arguments.flat_all}
+    call_args = []
+    for b in bwd_args:
+        if b.name in sources:
+            value = value_of(sources[b.name])
+            if kinds.get(sources[b.name].name, "") == E.TENSOR + E.OPTIONAL:
+                value = f"op_plugin::as_optional({value})"
+        else:
+            a = by_name[b.name]
+            value = torchgen_cpp.default_expr(a.default, a.type, symint=False)
+        call_args.append({"name": b.name, "value": value})
+
     bwd_outputs = _outputs(backward)
     grads, formulas = dict(pair.grads), dict(pair.formulas)
     returns = []
-    for i, name in enumerate(args):
-        if name in grads:  # None for an input that was None or needs no gradient (e.g. an optional pse)
-            returns.append(f"(grads[{bwd_outputs.index(grads[name])}] if needs[{i}] else None)")
-        elif name in formulas:
-            f = formulas[name]
-            returns.append(f"(_formulas.{f.function}({', '.join(value_of(a) for a in f.args)}) "
-                           f"if needs[{i}] else None)")
-        else:
-            returns.append("None")
-    kw_only = {a.name for a in op.registered_func.arguments.flat_kwarg_only}
-    overrides = [(f"kwargs[{name!r}]" if name in kw_only else f"args[{args.index(name)}]", value)
-                 for name, value in pair.forward_overrides]
-    overridden = " or ".join(f"caller_{target} != {target}" for target, _ in overrides)
+    for i, a in enumerate(args):
+        if a.name in grads:
+            value = "grads_in" if len(bwd_outputs) == 1 else f"std::get<{bwd_outputs.index(grads[a.name])}>(grads_in)"
+            returns.append({"index": i, "name": a.name, "value": value})
+        elif a.name in formulas:
+            f = formulas[a.name]
+            call = f"op_plugin::formulas::{f.function}({', '.join(value_of(x) for x in f.args)})"
+            returns.append({"index": i, "name": a.name, "value": call})
+
+    overrides = {name: _cpp_literal(value) for name, value in pair.forward_overrides}
+    overridden = op.outputs_shaped_by(set(overrides))
+    env = env_of(op)
+    render = cpp.ExprRenderer(env, symbolic=True)
+    caller_outputs = []
+    for rule in (o for o in op.outputs if o.name in overridden):
+        lets = _lets_for(op, [rule.shape, rule.dtype])
+        caller_outputs.append({
+            "index": tensor_outputs.index(rule.name), "name": rule.name,
+            "lets": [{"name": let.name, "expr": render(let.expr)} for let in lets],
+            "shape": render(rule.shape), "dtype": render(rule.dtype)})
+    tensor_args = [a.name for a in args if E.base(a.kind) == E.TENSOR]
     return {
         "forward": op.name,
         "backward": backward.name,
         "loc": pair.loc,
-        "input_names": args,
-        "output_names": _outputs(op),
-        "saved_tensors": saved_tensors,
+        "function": op.kernel + "Autograd",
+        "saved_struct": op.kernel + "Saved",
+        "args": [{"name": a.name, "type": a.cpp_type, "kind": a.kind,
+                  "value": overrides.get(a.name, a.name)} for a in args],
+        "binding_params": ", ".join(f"{a.cpp_type} {a.name}" for a in args),
+        "signature": f"{cpp.binding_returns(func)}({', '.join(a.cpp_type for a in args)})",
+        "returns_type": cpp.binding_returns(func),
+        "outputs": outputs,
+        "tensor_outputs": tensor_outputs,
+        "int_outputs": int_outputs,
+        "saved_tensors": [{"name": n, "optional": kinds[n] == E.TENSOR + E.OPTIONAL} for n in saved_tensors],
         "saved_values": saved_values,
         "non_differentiable": list(pair.non_differentiable),
-        "grad_params": [f"grad_{n}" for n in _outputs(op)],
-        "grad_outputs": list(pair.grad_sources()),
+        "grad_sources": [{"name": n, "index": tensor_outputs.index(n)} for n in grad_sources],
+        "backward_signature": f"{cpp.binding_returns(backward.func)}({', '.join(b.cpp_type for b in bwd_args)})",
         "call_args": call_args,
-        "single_output": len(bwd_outputs) == 1,  # the op returns a Tensor, not a tuple
-        "returns": "(" + ", ".join(returns) + ("," if len(returns) == 1 else "") + ")",
-        "overrides": overrides,
-        "overridden": overridden,  # the caller asked for something other than the overrides
-        "overridden_outputs": _outputs_depending_on(op, {name for name, _ in pair.forward_overrides}),
-        "n_inputs": len(args),
+        "returns": returns,
+        "tensor_args": tensor_args,
         "uses_formulas": bool(formulas),
+        "overrides": [{"name": n, "value": v} for n, v in overrides.items()],
+        "caller_outputs": caller_outputs,
     }
 
 
 def emit(registry: Registry, fm: FileManager) -> None:
-    pairs = [_pair_context(op, registry.op(op.autograd.backward)) for op in registry.ops if op.autograd]
-    fm.write("python/autograd.py", "autograd.py.j2", registry.source, pairs=pairs,
-             any_overrides=any(p["overrides"] for p in pairs), any_formulas=any(p["uses_formulas"] for p in pairs))
+    for op in registry.ops:
+        if op.autograd is None:
+            continue
+        ctx = _pair_context(op, registry.op(op.autograd.backward))
+        fm.write(f"bindings/{op.name}_autograd.cpp", "autograd.cpp.j2", op.source, **ctx)

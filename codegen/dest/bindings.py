@@ -87,7 +87,7 @@ def _pybind_forward(b: cpp.BindingArg) -> str:
 
 
 def _binding_context(op: OpEntry) -> dict[str, Any]:
-    func = op.registered_func
+    func = op.func
     args = cpp.binding_args(func)
     params = cpp.kernel_params(func, [o.name for o in op.outputs], [o.name for o in op.int_outputs],
                                random=op.random_when is not None)
@@ -123,7 +123,7 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
 
 
 def emit(registry: Registry, fm: FileManager) -> None:
-    defs = [{"loc": op.loc, "schema_literal": cpp.cpp_string(str(op.registered_func)),
+    defs = [{"loc": op.loc, "schema_literal": cpp.cpp_string(str(op.func)),
              "tags": [_TAGS[t] for t in op.tags]} for op in registry.ops]
     fm.write("bindings/register_schema.cpp", "register_schema.cpp.j2", registry.source, ops=defs)
     contexts = [_binding_context(op) for op in registry.ops]

@@ -44,7 +44,6 @@ def op_context(op: OpEntry) -> dict[str, Any]:
     return {
         "name": op.name,
         "schema": str(op.func),
-        "registered": str(op.registered_func) if op.registered_func != op.func else "",
         "doc": op.doc,
         "kernel": op.kernel,
         "loc": op.loc,

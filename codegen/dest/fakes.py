@@ -30,7 +30,7 @@ def _op_context(op: OpEntry) -> dict[str, Any]:
         "name": op.name,
         "loc": op.loc,
         "tensors": tensors if len(tensors) > 1 else [],
-        "params": ", ".join(py.wrapper_params(op.registered_func)),
+        "params": ", ".join(py.wrapper_params(op.func)),
         "rules": rules,
         "like": like,
         "outputs": [{"shape": py.render(o.shape, env), "dtype": py.render(o.dtype, env)} for o in op.outputs],

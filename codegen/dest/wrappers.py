@@ -31,8 +31,8 @@ def _op_context(op: OpEntry) -> dict[str, Any]:
     return {
         "name": op.name,
         "params": py.wrapper_params(op.func),
-        "call_args": [a.name for a in op.registered_func.arguments.flat_positional] +
-                     [f"{a.name}={a.name}" for a in op.registered_func.arguments.flat_kwarg_only],
+        "call_args": [a.name for a in op.func.arguments.flat_positional] +
+                     [f"{a.name}={a.name}" for a in op.func.arguments.flat_kwarg_only],
         "result_names": names,
         "returned": ", ".join(returned) if len(returned) > 1 else returned[0],
         "return_annotation": annotation,

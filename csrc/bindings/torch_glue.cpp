@@ -1,10 +1,9 @@
 #include "bindings/torch_glue.h"
 
+#include "op_plugin/checks.h"
+
 #include <algorithm>
-#include <atomic>
 #include <cctype>
-#include <charconv>
-#include <cstdlib>
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -80,14 +79,7 @@ void draw_seed_and_offset(uint64_t* seed, uint64_t* offset) {
   *offset = cpu->random64() >> 1;
 }
 
-std::string fmt(double v) {
-  // Python's repr: the shortest text that round-trips, with ".0" on integral values.
-  char buf[64];
-  auto result = std::to_chars(buf, buf + sizeof buf, v);
-  std::string s(buf, result.ptr);
-  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
-  return s;
-}
+std::string fmt(double v) { return check::fmt(v); }  // Python's repr, as the kernel API's messages
 
 const char* fmt(at::ScalarType t) {
   switch (t) {
@@ -114,14 +106,6 @@ std::string fmt(at::IntArrayRef shape) {
 
 namespace {
 
-std::atomic<bool>& strict_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* env = std::getenv("OP_PLUGIN_STRICT");
-    return env != nullptr && std::string(env) == "1";
-  }()};
-  return flag;
-}
-
 int torch_max_threads() { return at::get_num_threads(); }
 int torch_thread_num() { return at::get_thread_num(); }
 void torch_parallel_for(int64_t begin, int64_t end, int64_t grain,
@@ -133,10 +117,15 @@ const opParallelBackend torch_backend{torch_max_threads, torch_thread_num, torch
 
 }  // namespace
 
-bool strict_mode() { return strict_flag().load(); }
-void set_strict_mode(bool enabled) { strict_flag().store(enabled); }
+bool strict_mode() { return opGetStrictMode(); }
+void set_strict_mode(bool enabled) { opSetStrictMode(enabled); }
 
 void install_torch_parallel_backend() { opSetParallelBackend(&torch_backend); }
+
+void install_torch_warning_handler() {
+  // TORCH_WARN from inside stage 1: c10 sends it to the calling thread's handler (Python warnings).
+  opSetWarningHandler([](const char* op, const char* message) { TORCH_WARN(op, ": ", message); });
+}
 
 std::string kernel_library_version() { return OP_PLUGIN_KERNELS_VERSION; }
 std::string isa_level() { return isa_name(active_isa()); }

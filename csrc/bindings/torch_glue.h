@@ -103,14 +103,55 @@ std::string fmt(const std::optional<T>& v) {
   return s.str();
 }
 
+// ---- the generated Autograd kernels (bindings/<op>_autograd.cpp) --------------------------------
+
+// An optional tensor as saved for backward (undefined for None), and back.
+inline at::Tensor as_tensor(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
+inline std::optional<at::Tensor> as_optional(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+inline bool is_defined(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
+
+// saved_value: a dispatcher argument as the saved struct keeps it (owning); as_argument: back.
+inline int64_t saved_value(int64_t v) { return v; }
+inline double saved_value(double v) { return v; }
+inline bool saved_value(bool v) { return v; }
+inline std::string saved_value(c10::string_view v) { return std::string(v); }
+inline std::optional<std::string> saved_value(const std::optional<c10::string_view>& v) {
+  return v ? std::optional<std::string>(std::string(*v)) : std::nullopt;
+}
+inline std::optional<int64_t> saved_value(std::optional<int64_t> v) { return v; }
+inline std::optional<double> saved_value(std::optional<double> v) { return v; }
+inline std::vector<int64_t> saved_value(at::IntArrayRef v) { return v.vec(); }
+inline std::optional<std::vector<int64_t>> saved_value(at::OptionalIntArrayRef v) {
+  return v ? std::optional<std::vector<int64_t>>(v->vec()) : std::nullopt;
+}
+
+inline int64_t as_argument(int64_t v) { return v; }
+inline double as_argument(double v) { return v; }
+inline bool as_argument(bool v) { return v; }
+inline c10::string_view as_argument(const std::string& v) { return v; }
+inline std::optional<c10::string_view> as_argument(const std::optional<std::string>& v) {
+  return v ? std::optional<c10::string_view>(*v) : std::nullopt;
+}
+inline std::optional<int64_t> as_argument(const std::optional<int64_t>& v) { return v; }
+inline std::optional<double> as_argument(const std::optional<double>& v) { return v; }
+inline at::IntArrayRef as_argument(const std::vector<int64_t>& v) { return v; }
+inline at::OptionalIntArrayRef as_argument(const std::optional<std::vector<int64_t>>& v) {
+  return v ? at::OptionalIntArrayRef(*v) : at::OptionalIntArrayRef();
+}
+
 // ---- process-wide state -----------------------------------------------------------------------
 
-// Strict device-compat mode (SPEC Decision 3); starts from OP_PLUGIN_STRICT=1.
+// Strict device-compat mode (SPEC Decision 3): the kernel library's flag (opGetStrictMode), so the
+// binding, the fake and stage 1 enforce the same limits; starts from OP_PLUGIN_STRICT=1.
 bool strict_mode();
 void set_strict_mode(bool enabled);
 
 // Lets the kernels run on torch's intra-op pool, so torch.set_num_threads is obeyed.
 void install_torch_parallel_backend();
+// Stage 1's warnings (the registry's `warn: true` rules) become torch warnings, "<op>: <message>".
+void install_torch_warning_handler();
 
 std::string kernel_library_version();
 std::string isa_level();

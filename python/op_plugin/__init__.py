@@ -1,12 +1,13 @@
 """op_plugin: CANN attention operators on the CPU, registered as torch.ops.op_plugin.*.
 
-Importing this package loads the kernels (op_plugin._C registers the ops), their fake
-functions, their autograd wiring and the typed wrappers, all generated from
+Importing this package loads the kernels (op_plugin._C registers the ops and their C++ Autograd
+kernels), their fake functions and the typed wrappers, all generated from
 op_plugin_functions.yaml.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
@@ -21,7 +22,6 @@ if str(torch.__version__).split("+")[0] != _BUILT_FOR.split("+")[0]:
         f"install torch=={_BUILT_FOR.split('+')[0]} or rebuild op_plugin")
 
 from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
-from op_plugin._generated import autograd as _autograd  # noqa: E402,F401
 from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
 from op_plugin._generated.ops import *  # noqa: E402,F401,F403
 from op_plugin._generated.ops import __all__ as _op_names  # noqa: E402
@@ -54,7 +54,12 @@ def isa_level() -> str:
     return str(_C.isa_level())
 
 
-__all__ = list(_op_names) + ["set_strict", "strict", "workspace_size", "isa_level"]
+# The C++ SDK's CMake package (OpPluginConfig.cmake), as torch.utils.cmake_prefix_path:
+#   cmake -DCMAKE_PREFIX_PATH=$(python -c "import op_plugin; print(op_plugin.cmake_prefix_path)") ...
+cmake_prefix_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "share", "cmake")
+
+
+__all__ = list(_op_names) + ["set_strict", "strict", "workspace_size", "isa_level", "cmake_prefix_path"]
 
 
 def __getattr__(name: str) -> object:

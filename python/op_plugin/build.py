@@ -84,7 +84,7 @@ def copy_tree_parts(root: str, target: str) -> None:
 
 
 def copy_generated_python(generated: str, target: str, registry: str) -> None:
-    """Copies the generated Python modules (generated/python: fakes, autograd, ops, .pyi) into the
+    """Copies the generated Python modules (generated/python: fakes, ops, .pyi) into the
     package directory ``target`` (``<package>/_generated``), made a package of its own."""
     import shutil
 
@@ -121,8 +121,10 @@ def _cxx11_abi_flag() -> str:
 
 
 def write_kernel_ninja(build_dir: str, sources: Sequence[str], include_dirs: Sequence[str],
-                       library: str = "libop_plugin_kernels.a", extra_cflags: str = "") -> str:
-    """Writes build_dir/build.ninja compiling ``sources`` into the static ``library``."""
+                       library: str = "libop_plugin_kernels.a", extra_cflags: str = "",
+                       shared_library: str | None = None) -> str:
+    """Writes build_dir/build.ninja compiling ``sources`` into the static ``library`` (linked into
+    the extension) and, if named, the same objects into ``shared_library`` (the C++ SDK's)."""
     os.makedirs(build_dir, exist_ok=True)
     includes = " ".join(f"-I{shlex.quote(os.path.abspath(d))}" for d in include_dirs)
     cflags = f"{KERNEL_CFLAGS} {_cxx11_abi_flag()} {sanitize_flags()} {extra_cflags} {includes}".strip()
@@ -137,6 +139,9 @@ def write_kernel_ninja(build_dir: str, sources: Sequence[str], include_dirs: Seq
         "rule ar",
         "  command = rm -f $out && ar rcs $out $in",
         "  description = AR $out",
+        "rule link",
+        "  command = c++ -shared -o $out $in -pthread",
+        "  description = LINK $out",
     ]
     objects = []
     for src in sorted(sources):
@@ -147,6 +152,9 @@ def write_kernel_ninja(build_dir: str, sources: Sequence[str], include_dirs: Seq
         lines.append(f"  isaflags = {ISA_FLAGS.get(isa_of(src), '')}")
     lines.append(f"build {library}: ar {' '.join(objects)}")
     lines.append(f"default {library}")
+    if shared_library:
+        lines.append(f"build {shared_library}: link {' '.join(objects)}")
+        lines.append(f"default {shared_library}")
     path = os.path.join(build_dir, "build.ninja")
     text = "\n".join(lines) + "\n"
     old = open(path).read() if os.path.exists(path) else None
@@ -156,14 +164,49 @@ def write_kernel_ninja(build_dir: str, sources: Sequence[str], include_dirs: Seq
     return os.path.join(build_dir, library)
 
 
-def build_kernels(build_dir: str, sources: Sequence[str], include_dirs: Sequence[str], jobs: int | None = None) -> str:
-    """Compiles the kernel library with ninja; prints ninja's own summary of what it did."""
+def build_kernels(build_dir: str, sources: Sequence[str], include_dirs: Sequence[str], jobs: int | None = None,
+                  shared: bool = False) -> str:
+    """Compiles the kernel library with ninja; prints ninja's own summary of what it did. ``shared``
+    also links build_dir/SHARED_LIBRARY (the SDK's) from the same objects."""
     include_dirs = [os.path.realpath(d) for d in include_dirs]  # one spelling: one ninja file
-    library = write_kernel_ninja(build_dir, sources, include_dirs)
+    library = write_kernel_ninja(build_dir, sources, include_dirs, shared_library=SHARED_LIBRARY if shared else None)
     ninja = _ninja()
     cmd = [ninja, "-C", build_dir] + ([f"-j{jobs}"] if jobs else [])
     subprocess.run(cmd, check=True)
     return library
+
+
+# The C++ SDK (docs/kernel_api.md): the wheel's op_plugin/lib, include and share/cmake.
+SHARED_LIBRARY = "libop_plugin_kernels.so"
+SDK_CMAKE_CONFIG = '''# OpPlugin: op_plugin's kernel library as a C++ SDK (find_package(OpPlugin) with
+# CMAKE_PREFIX_PATH from `python -c "import op_plugin; print(op_plugin.cmake_prefix_path)"`).
+# Target OpPlugin::kernels: the torch-free kernel API (headers, libop_plugin_kernels.so).
+get_filename_component(_op_plugin_root "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+if(NOT TARGET OpPlugin::kernels)
+  add_library(OpPlugin::kernels SHARED IMPORTED)
+  set_target_properties(OpPlugin::kernels PROPERTIES
+    IMPORTED_LOCATION "${_op_plugin_root}/lib/libop_plugin_kernels.so"
+    INTERFACE_INCLUDE_DIRECTORIES "${_op_plugin_root}/include"
+    INTERFACE_COMPILE_FEATURES cxx_std_17)
+endif()
+set(OpPlugin_FOUND TRUE)
+'''
+
+
+def install_sdk(include_dirs: Sequence[str], shared_library: str, target: str) -> None:
+    """Copies the SDK into the package directory ``target``: the public headers (each
+    ``include_dirs`` entry's op_plugin/ tree: the hand-written API and the generated op headers),
+    lib/ with the shared kernel library, share/cmake/OpPlugin/OpPluginConfig.cmake."""
+    import shutil
+
+    for d in include_dirs:
+        shutil.copytree(os.path.join(d, "op_plugin"), os.path.join(target, "include", "op_plugin"), dirs_exist_ok=True)
+    os.makedirs(os.path.join(target, "lib"), exist_ok=True)
+    shutil.copy(shared_library, os.path.join(target, "lib", SHARED_LIBRARY))
+    config = os.path.join(target, "share", "cmake", "OpPlugin")
+    os.makedirs(config, exist_ok=True)
+    with open(os.path.join(config, "OpPluginConfig.cmake"), "w") as f:
+        f.write(SDK_CMAKE_CONFIG)
 
 
 def _ninja() -> str:
@@ -175,10 +218,17 @@ def _ninja() -> str:
         return "ninja"
 
 
-def kernel_sources(csrc: str) -> list[str]:
-    """The runtime and every kernel source of a csrc/ tree."""
+def kernel_sources(csrc: str, generated: str | None = None) -> list[str]:
+    """The runtime and every kernel source of a csrc/ tree, and the generator's kernel-side sources
+    (``generated``/kernels: each op's <Kernel>CheckArguments)."""
     return sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp")) +
-                  glob.glob(os.path.join(csrc, "kernels", "**", "*.cpp"), recursive=True))
+                  glob.glob(os.path.join(csrc, "kernels", "**", "*.cpp"), recursive=True) +
+                  (generated_kernel_sources(generated) if generated else []))
+
+
+def generated_kernel_sources(generated: str) -> list[str]:
+    """The kernel-side sources the generator wrote into ``generated`` (build/generated)."""
+    return sorted(glob.glob(os.path.join(generated, "kernels", "*.cpp")))
 
 
 def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: str, namespace: str,
@@ -187,7 +237,7 @@ def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: st
     (torch.utils.cpp_extension.load; a development loop, ``op_package`` is the setup.py path).
 
     ``op_plugin_root`` is op_plugin's source tree (default: ``op_plugin_root()``). Returns the
-    directory of the generated Python modules (fakes.py, autograd.py, ops.py); import the
+    directory of the generated Python modules (fakes.py, ops.py); import the
     extension module (returned by torch.utils.cpp_extension.load, already imported) first.
     """
     from torch.utils import cpp_extension
@@ -198,7 +248,8 @@ def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: st
     csrc = os.path.join(root, "csrc")
     sources = (sorted(glob.glob(os.path.join(generated, "bindings", "*.cpp"))) +
                sorted(glob.glob(os.path.join(csrc, "bindings", "*.cpp"))) +
-               sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + [os.path.abspath(s) for s in kernel_sources])
+               sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + generated_kernel_sources(generated) +
+               [os.path.abspath(s) for s in kernel_sources])
     names = [os.path.basename(s) for s in sources]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:  # torch's extension builder names objects by file name alone
@@ -220,9 +271,9 @@ def op_package(package: str, registry: str, kernel_sources: Sequence[str], names
     name), compiles op_plugin's runtime and ``kernel_sources`` into a static library with ninja
     (``*.avx512.cpp`` / ``*.avx2.cpp`` get their ISA's flags, as op_plugin's own kernels) and
     returns ``ext_modules`` (the extension ``<package>._C`` from the generated bindings) and a
-    ``cmdclass`` whose build_py puts the generated fakes, autograd and wrappers into
+    ``cmdclass`` whose build_py puts the generated fakes and wrappers into
     ``<package>/_generated/``. The package's ``__init__.py`` imports ``op_plugin`` (the fakes use
-    its runtime helpers), then ``._C``, ``._generated.fakes``, ``._generated.autograd`` and
+    its runtime helpers), then ``._C`` (with the C++ Autograd kernels), ``._generated.fakes`` and
     ``._generated.ops``.
     """
     from setuptools.command.build_py import build_py
@@ -234,7 +285,8 @@ def op_package(package: str, registry: str, kernel_sources: Sequence[str], names
     run_codegen(os.path.abspath(registry), generated, root, namespace, "_C")
     csrc = os.path.join(root, "csrc")
     include_dirs = [csrc, os.path.join(csrc, "include"), os.path.join(generated, "include")]
-    sources = sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + [os.path.abspath(s) for s in kernel_sources]
+    sources = (sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + generated_kernel_sources(generated) +
+               [os.path.abspath(s) for s in kernel_sources])
     names = [os.path.basename(s) for s in sources]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:  # ar keeps one member per file name

@@ -559,7 +559,7 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:9: f: autograd.grads: grad(zz) names no output of f",
         "reg.yaml:10: f: autograd.grads: 'n' is not a tensor input of f",
         "reg.yaml:11: f: autograd.grads: aux: '1 + f(x)' is neither a backward output nor a call "
-        "f(name, grad(output), ...) of op_plugin.autograd_formulas",
+        "f(name, grad(output), ...) of csrc/bindings/autograd_formulas.h",
         "reg.yaml:12: f: autograd.forward_overrides: 'full' is a bool, but 1 is not",
         "reg.yaml:12: f: autograd.forward_overrides: 'missing' is not an argument of f",
         "reg.yaml:12: f: autograd.forward_overrides: 'n' is a int, but 2.5 is not",

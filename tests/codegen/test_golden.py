@@ -28,9 +28,10 @@ FIXTURES = HERE / "fixtures"
 GOLDEN = HERE / "golden"
 FIXTURE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.yaml"))
 
-PER_OP = ("bindings/{op}.cpp", "include/op_plugin/ops/{op}.h")
+PER_OP = ("bindings/{op}.cpp", "include/op_plugin/ops/{op}.h", "include/op_plugin/ops/{op}_stages.inc",
+          "kernels/{op}_checks.cpp")
 AGGREGATE = {"bindings/register_schema.cpp", "bindings/helpers_module.cpp", "python/fakes.py",
-             "python/autograd.py", "python/ops.py", "python/ops.pyi"}
+             "python/ops.py", "python/ops.pyi"}
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -72,18 +73,31 @@ def test_golden_covers_the_features_it_claims(tmp_path: Path) -> None:
     _generate("autograd", tmp_path / "a")
     _generate("options", tmp_path / "o")
     schema = (tmp_path / "a/bindings/register_schema.cpp").read_text()
-    # SPEC Decision 11: the forward has a backward and a kwarg-only Tensor, so it registers positional;
-    # the backward (no autograd of its own) keeps its schema as written.
-    assert '"toy_attn(Tensor q, Tensor k, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)"' in schema
+    # SPEC Decision 11: the C++ Autograd kernel takes any schema, so the forward with a backward and a
+    # kwarg-only Tensor registers its schema as written, and the wrapper passes that argument by keyword.
+    assert '"toy_attn(Tensor q, Tensor k, *, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)"' in schema
     wrappers = (tmp_path / "a/python/ops.py").read_text()
     assert ("def toy_attn(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: float = 1.0) -> Tensor:"
             in wrappers)
-    assert "torch.ops.op_plugin.toy_attn(q, k, mask, scale)" in wrappers
-    autograd = (tmp_path / "a/python/autograd.py").read_text()
-    assert "softmax_lse=lse," in autograd and "grad_out=grad_out," in autograd
-    assert "ctx.mark_non_differentiable(lse)" in autograd
-    assert "return ((grads[0] if needs[0] else None), (grads[1] if needs[1] else None), None, None)" in autograd
-    assert "deterministic" not in autograd  # the backward's own default applies
+    assert "torch.ops.op_plugin.toy_attn(q, k, mask=mask, scale=scale)" in wrappers
+    autograd = (tmp_path / "a/bindings/toy_attn_autograd.cpp").read_text()
+    assert "grad_out,  // grad_out" in autograd and "lse,  // softmax_lse" in autograd  # a renamed source
+    assert "ctx->mark_non_differentiable({lse});" in autograd
+    assert "if (needs(1)) grads[1] = std::get<0>(grads_in);  // q" in autograd
+    assert "true);  // deterministic" in autograd  # the backward's own default, spelled out for the typed call
+    lse_attn = (tmp_path / "a/bindings/toy_lse_attn_autograd.cpp").read_text()
+    assert "ToyLseAttnAutograd::apply(ks, q, k, bias, true)" in lse_attn  # forward_overrides
+    assert "if (return_lse != true) {" in lse_attn and "std::vector<c10::SymInt>{1}" in lse_attn
+    assert "op_plugin::formulas::toy_bias_grad(grad_out, out, bias)" in lse_attn
+    dropout = (tmp_path / "a/bindings/toy_dropout_autograd.cpp").read_text()
+    assert "int_outputs[0] = seed;" in dropout and "op_plugin::as_argument(saved.seed)" in dropout
+    stages = (tmp_path / "a/include/op_plugin/ops/toy_dropout_stages.inc").read_text()
+    assert "*seed = ex->args.seed;" in stages  # the plan writes the int outputs into the captured args
+    assert "return ToyDropoutKernel::run(args, plan, workspace);" in stages  # no dtypes: one entry point
+    typed = (tmp_path / "o/include/op_plugin/ops/masked_mix_stages.inc").read_text()
+    assert "case OP_DT_BF16: return MaskedMixKernel::run<op_plugin::BFloat16>(args, plan, workspace);" in typed
+    checks = (tmp_path / "a/kernels/toy_attn_checks.cpp").read_text()
+    assert 'return fail(OP_ERR_PARAM_INVALID, "q and k must be [S, D] with one D, but got "' in checks
     fakes = (tmp_path / "o/python/fakes.py").read_text()
     for piece in ("if strict_mode():", "if sizes is not None:", "if flag:", "_upper(layout) in ('BSND', 'BNSD', 'TND')",
                   "layout_out == layout", "groups >= 1", "window is None or window in (1, 2, 4, 8)",
@@ -114,7 +128,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     registry = str(FIXTURES / "autograd.yaml")
     _generate("autograd", out)
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
-    assert capsys.readouterr().out == "codegen: 16 files up to date\n"
+    assert capsys.readouterr().out == "codegen: 28 files up to date\n"
 
     edited = out / "bindings/toy_attn.cpp"
     hand_edit = edited.read_text() + "// a hand edit the templates know nothing about\n"
@@ -127,7 +141,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     assert edited.read_text() == hand_edit and not (out / "python/ops.pyi").exists()  # --check wrote nothing
 
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 14 unchanged")
+    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 26 unchanged")
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
 
 
@@ -184,12 +198,11 @@ def test_editing_one_entry_rewrites_only_its_files(tmp_path: Path) -> None:
     reg.write_text(TWO_OPS)
     generate(str(reg), str(out))
 
-    # A new default: op_b's files and every aggregate file with op_b's signature (not autograd.py:
-    # neither op has autograd, and aggregates carry no registry hash, so its text is unchanged).
+    # A new default: op_b's files and every aggregate file with op_b's signature.
     reg.write_text(TWO_OPS.replace("int n=1", "int n=2"))
     fm = generate(str(reg), str(out))
-    assert set(fm.written) == _files_of("op_b") | AGGREGATE - {"python/autograd.py"}
-    assert set(fm.unchanged) == _files_of("op_a") | {"python/autograd.py"}
+    assert set(fm.written) == _files_of("op_b") | AGGREGATE
+    assert set(fm.unchanged) == _files_of("op_a")
 
     # Editing op_a's doc in place: op_a's files and ops.py (its docstrings); the aggregate C++
     # (register_schema.cpp, helpers_module.cpp) is not rewritten, so not recompiled.
@@ -221,7 +234,7 @@ def test_generated_python_compiles(fixture: str, tmp_path: Path) -> None:
     else:
         _generate(fixture, tmp_path)
     files = list(_python_files(tmp_path))
-    assert {p.name for p in files} == {"autograd.py", "fakes.py", "ops.py", "ops.pyi"}
+    assert {p.name for p in files} == {"fakes.py", "ops.py", "ops.pyi"}
     for p in files:
         compile(p.read_text(), str(p), "exec", dont_inherit=True)
 
@@ -234,45 +247,15 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
         recorded.append(("fake", name))
         return lambda fn: fn
 
-    def register_autograd(name: str, backward: Any, setup_context: Any) -> None:
-        assert callable(backward) and callable(setup_context)
-        recorded.append(("autograd", name))
-
-    class Library:  # an Autograd kernel registered directly (ops with autograd.forward_overrides)
-        def __init__(self, namespace: str, kind: str) -> None:
-            assert kind == "IMPL"
-            self.namespace = namespace
-
-        def impl(self, name: str, fn: Any, key: str, with_keyset: bool = False) -> None:
-            assert callable(fn) and key == "Autograd" and with_keyset
-            recorded.append(("autograd", f"{self.namespace}::{name}"))
-
-    class Ops:  # torch.ops.<namespace>.<op>.default
-        def __getattr__(self, name: str) -> Any:
-            return types.SimpleNamespace(default=name)
-
     torch = types.ModuleType("torch")
     torch.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
-    torch.library = types.SimpleNamespace(register_fake=register_fake,  # type: ignore[attr-defined]
-                                          register_autograd=register_autograd, Library=Library)
-    torch.ops = types.SimpleNamespace(op_plugin=Ops())  # type: ignore[attr-defined]
-    library_autograd = types.ModuleType("torch._library.autograd")
-    library_autograd.Info = lambda **kw: kw  # type: ignore[attr-defined]
-    library_autograd.make_autograd_impl = lambda op, info: (op, info)  # type: ignore[attr-defined]
-    library_utils = types.ModuleType("torch._library.utils")
-    library_utils.fill_defaults = lambda schema, args, kwargs: (args, kwargs)  # type: ignore[attr-defined]
+    torch.library = types.SimpleNamespace(register_fake=register_fake)  # type: ignore[attr-defined]
     runtime = types.ModuleType("op_plugin._runtime")
     for attr in ("_fmt", "_same_device", "_stats_dtype", "_upper", "_varlen_numels", "strict_mode"):
         setattr(runtime, attr, lambda *a: None)
-    op_plugin = types.ModuleType("op_plugin")
-    op_plugin.autograd_formulas = types.ModuleType("op_plugin.autograd_formulas")  # type: ignore[attr-defined]
-    for name, module in {"torch": torch, "torch._library": types.ModuleType("torch._library"),
-                         "torch._library.autograd": library_autograd, "torch._library.utils": library_utils,
-                         "op_plugin": op_plugin, "op_plugin.autograd_formulas": op_plugin.autograd_formulas,
-                         "op_plugin._runtime": runtime, "generated": types.ModuleType("generated"),
-                         "generated.fakes": types.ModuleType("generated.fakes")}.items():
+    for name, module in {"torch": torch, "op_plugin": types.ModuleType("op_plugin"),
+                         "op_plugin._runtime": runtime}.items():
         monkeypatch.setitem(sys.modules, name, module)
-    # The generated modules live in one package (autograd.py imports its fakes relatively).
     namespace: dict[str, Any] = {"__name__": f"generated.{path.stem}", "__package__": "generated"}
     exec(compile(path.read_text(), str(path), "exec", dont_inherit=True), namespace)
     return namespace
@@ -282,13 +265,15 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
 def test_generated_python_modules_execute(fixture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _generate(fixture, tmp_path)
     recorded: list[tuple[str, str]] = []
-    for name in ("ops.py", "autograd.py", "fakes.py"):
+    for name in ("ops.py", "fakes.py"):
         _run_module(tmp_path / "python" / name, recorded, monkeypatch)
     expected = {"minimal": ["identity_copy"], "options": ["masked_mix"],
                 "autograd": ["toy_attn", "toy_attn_grad", "toy_lse_attn", "toy_dropout", "toy_dropout_grad"]}
     assert [op for kind, op in recorded if kind == "fake"] == [f"op_plugin::{op}" for op in expected[fixture]]
-    autograd = ["op_plugin::toy_attn", "op_plugin::toy_lse_attn", "op_plugin::toy_dropout"] if fixture == "autograd" else []
-    assert [op for kind, op in recorded if kind == "autograd"] == autograd
+    # The Autograd kernels are C++ (bindings/<op>_autograd.cpp): one per pairing, none in Python.
+    autograd = sorted(p.name for p in (tmp_path / "bindings").glob("*_autograd.cpp"))
+    assert autograd == (["toy_attn_autograd.cpp", "toy_dropout_autograd.cpp", "toy_lse_attn_autograd.cpp"]
+                        if fixture == "autograd" else [])
 
 
 # ---- the expression renderers (render level) --------------------------------------------------

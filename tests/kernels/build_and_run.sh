@@ -60,7 +60,7 @@ root, lib_dir, gen_include, jobs = sys.argv[1:5]
 spec = importlib.util.spec_from_file_location("op_plugin_build", os.path.join(root, "python", "op_plugin", "build.py"))
 build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(build)
-build.build_kernels(lib_dir, build.kernel_sources(os.path.join(root, "csrc")),
+build.build_kernels(lib_dir, build.kernel_sources(os.path.join(root, "csrc"), os.path.dirname(gen_include)),
                     [os.path.join(root, "csrc"), os.path.join(root, "csrc", "include"), gen_include], jobs=int(jobs))
 PYEOF
 LIB="$LIB_DIR/libop_plugin_kernels.a"

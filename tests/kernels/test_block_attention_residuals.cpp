@@ -721,8 +721,8 @@ void test_errors() {
           "errors: inv_norm float16 -> INVALID");
     opTensor bad_shape = desc(probs.data(), OP_DT_FLOAT, {T, N});
     check(fwd(&t_pb, &t_br, &t_pw, &t_nw, 1e-6, &t_hidden, &t_inv, &bad_shape, &ws, &ex) ==
-                  OP_ERR_PARAM_INVALID && message_has("[T, N + 1]"),
-          "errors: probs [T, N] -> INVALID");
+                  OP_ERR_PARAM_INVALID && message_has("probs must be a float32 tensor of shape"),
+          "errors: probs [T, N] -> INVALID naming the output rule");
   }
   {
     opTensor bad = t_pb;

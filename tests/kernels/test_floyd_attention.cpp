@@ -457,7 +457,7 @@ void errors() {
             OP_ERR_PARAM_NULLPTR, "null workspace_size");
   {
     opTensor bad = q; bad.ndim = 4;
-    expect(fwd(&bad, &k1, &v1, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "query_ik must be 5D", "rank of query");
+    expect(fwd(&bad, &k1, &v1, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "query_ik, key_ij, value_ij, key_jk and value_jk must be 5D, but got 4D", "rank of query");
   }
   {
     opTensor bad = k2; bad.shape[3] = 7;  // M mismatch
@@ -465,7 +465,7 @@ void errors() {
   }
   {
     opTensor bad = v1; bad.shape[3] = 4;  // K mismatch with key_ij
-    expect(fwd(&q, &k1, &bad, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "value_ij must have shape", "value_ij K");
+    expect(fwd(&q, &k1, &bad, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "value_ij must have the shape of key_ij", "value_ij K");
   }
   {
     opTensor bad = k1; bad.shape[1] = 3;  // H mismatch
@@ -473,11 +473,11 @@ void errors() {
   }
   {
     opTensor bad = k1; bad.dtype = OP_DT_BF16;
-    expect(fwd(&q, &bad, &v1, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "dtype of key_ij", "key_ij dtype");
+    expect(fwd(&q, &bad, &v1, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "key_ij, value_ij, key_jk and value_jk must have the dtype of query_ik (float32), but got bfloat16", "key_ij dtype");
   }
   {
     opTensor bad = q; bad.dtype = OP_DT_INT32;
-    expect(fwd(&bad, &k1, &v1, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "dtype of query_ik", "int query");
+    expect(fwd(&bad, &k1, &v1, &k2, &v2, &mask, &mx, &sm, &o), OP_ERR_PARAM_INVALID, "query_ik must have dtype float16, bfloat16, float32, float64, but got int32", "int query");
   }
   {
     opTensor bad = mask; bad.shape[1] = 2;
@@ -487,9 +487,9 @@ void errors() {
   }
   {
     opTensor bad = mx; bad.shape[4] = 1;
-    expect(fwd(&q, &k1, &v1, &k2, &v2, &mask, &bad, &sm, &o), OP_ERR_PARAM_INVALID, "softmax_max must have shape", "max shape");
+    expect(fwd(&q, &k1, &v1, &k2, &v2, &mask, &bad, &sm, &o), OP_ERR_PARAM_INVALID, "softmax_max must be a float32 tensor of shape", "max shape");
     opTensor bad2 = sm; bad2.dtype = OP_DT_BF16;
-    expect(fwd(&q, &k1, &v1, &k2, &v2, &mask, &mx, &bad2, &o), OP_ERR_PARAM_INVALID, "dtype of softmax_sum", "sum dtype");
+    expect(fwd(&q, &k1, &v1, &k2, &v2, &mask, &mx, &bad2, &o), OP_ERR_PARAM_INVALID, "softmax_sum must be a float32 tensor of shape", "sum dtype");
   }
   {
     opTensor bad = q; std::swap(bad.strides[3], bad.strides[4]); bad.strides[3] = 1; bad.strides[4] = 4;
@@ -508,13 +508,13 @@ void errors() {
   expect(bwd(&dy, &o, &mx, nullptr, &dk2), OP_ERR_PARAM_NULLPTR, "dq", "grad null dq");
   {
     opTensor bad = dy; bad.shape[2] = 1;
-    expect(bwd(&bad, &o, &mx, &dq, &dk2), OP_ERR_PARAM_INVALID, "grad_output must have shape", "grad dy shape");
+    expect(bwd(&bad, &o, &mx, &dq, &dk2), OP_ERR_PARAM_INVALID, "grad_output and attention_out must have the shape of query_ik", "grad dy shape");
     opTensor bad2 = o; bad2.dtype = OP_DT_DOUBLE;
-    expect(bwd(&dy, &bad2, &mx, &dq, &dk2), OP_ERR_PARAM_INVALID, "dtype of attention_out", "grad out dtype");
+    expect(bwd(&dy, &bad2, &mx, &dq, &dk2), OP_ERR_PARAM_INVALID, "grad_output and attention_out must have the dtype of query_ik (float32)", "grad out dtype");
     opTensor bad3 = dk2; bad3.shape[2] = 9;
-    expect(bwd(&dy, &o, &mx, &dq, &bad3), OP_ERR_PARAM_INVALID, "dk2 must have shape", "grad dk2 shape");
+    expect(bwd(&dy, &o, &mx, &dq, &bad3), OP_ERR_PARAM_INVALID, "dk2 must be a float32 tensor of shape", "grad dk2 shape");
     opTensor bad4 = mx; bad4.dtype = OP_DT_FLOAT16;
-    expect(bwd(&dy, &o, &bad4, &dq, &dk2), OP_ERR_PARAM_INVALID, "dtype of softmax_max", "grad max dtype");
+    expect(bwd(&dy, &o, &bad4, &dq, &dk2), OP_ERR_PARAM_INVALID, "softmax_max and softmax_sum must be float32, but got float16 and float32", "grad max dtype");
   }
   // Stage 2 misuse.
   {

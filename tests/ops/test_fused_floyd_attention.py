@@ -10,7 +10,14 @@ from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_
 
 import op_plugin
 
-FWD = torch.ops.op_plugin.fused_floyd_attention.default
+OP = torch.ops.op_plugin.fused_floyd_attention.default
+
+
+def FWD(*args: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The registered op with (q, k1, v1, k2, v2, atten_mask, scale_value): the last two are keyword-only."""
+    *xs, mask, scale = args
+    return OP(*xs, atten_mask=mask, scale_value=scale)
+
 BWD = torch.ops.op_plugin.fused_floyd_attention_grad.default
 SHAPES = [(1, 1, 1, 1, 1, 1), (1, 2, 5, 6, 7, 8), (2, 1, 17, 15, 65, 16), (1, 2, 16, 16, 64, 32)]  # B,H,N,M,K,D
 
@@ -98,7 +105,7 @@ def test_gradcheck_float64() -> None:
 @pytest.mark.parametrize("masked", [False, True])
 def test_opcheck(masked) -> None:
     xs, mask = make_inputs(1, 2, 4, 5, 6, 8, torch.float32, requires_grad=True, masked=masked)
-    torch.library.opcheck(FWD, (*xs, mask, 0.3))
+    torch.library.opcheck(OP, tuple(xs), {"atten_mask": mask, "scale_value": 0.3})
     with torch.no_grad():  # the backward op's inputs: a graph through it would reach its no-derivative kernel
         mx, sm, out = FWD(*xs, mask, 0.3)
     torch.library.opcheck(BWD, (torch.randn_like(out), *[x.detach() for x in xs], out, mx, sm),
@@ -113,11 +120,14 @@ def test_fake_shapes_match_eager() -> None:
     assert fake_shapes(BWD, *args, atten_mask=mask) == eager_shapes(BWD(*args, atten_mask=mask))
 
 
-def test_keyword_only_mask_and_registered_positional_schema() -> None:
-    # SPEC Decision 11: the registered schema takes atten_mask positionally; the wrapper keeps it keyword-only.
+def test_keyword_only_mask_in_the_registered_schema_and_the_wrapper() -> None:
+    # SPEC Decision 11, settled by the C++ Autograd kernel: the op is registered as documented.
+    assert "Tensor value_jk, *, Tensor? atten_mask=None" in str(OP._schema)
     xs, mask = make_inputs(1, 1, 2, 3, 4, 8, torch.float32)
     with pytest.raises(TypeError):
         op_plugin.fused_floyd_attention(*xs, mask)
+    with pytest.raises(RuntimeError, match="takes 5 positional argument"):
+        OP(*xs, mask)
     torch.testing.assert_close(op_plugin.fused_floyd_attention(*xs, atten_mask=mask)[2], FWD(*xs, mask, 1.0)[2])
 
 

@@ -15,7 +15,7 @@ struct opExecutor {
   virtual opStatus execute(void* workspace) = 0;
 };
 
-void opDestroyExecutor(opExecutor* executor);
+extern "C" void opDestroyExecutor(opExecutor* executor);
 
 namespace op_plugin {
 

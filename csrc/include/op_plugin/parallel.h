@@ -13,7 +13,7 @@ struct opParallelBackend {
 };
 
 // nullptr restores the built-in serial backend.
-void opSetParallelBackend(const opParallelBackend* backend);
+extern "C" void opSetParallelBackend(const opParallelBackend* backend);
 
 namespace op_plugin {
 

@@ -15,8 +15,23 @@ enum : opStatus {
   OP_ERR_TILING_ERROR = 561002,    // no valid plan for these shapes
 };
 
+extern "C" {
+
 // The message of the last failed call on this thread ("" after a success).
 const char* opGetLastErrorMessage();
+
+// Strict device-compat mode (SPEC Decision 3): stage 1 enforces the device's limits too (the
+// registry's `strict: true` rules). Process-wide; starts from the environment variable
+// OP_PLUGIN_STRICT=1.
+void opSetStrictMode(bool enabled);
+bool opGetStrictMode();
+
+// Warnings of stage 1 (the registry's `warn: true` rules): `op` is the op's registry name. The
+// default handler prints "op_plugin warning: <op>: <message>" to standard error; nullptr restores it.
+typedef void (*opWarningHandler)(const char* op, const char* message);
+void opSetWarningHandler(opWarningHandler handler);
+
+}  // extern "C"
 
 namespace op_plugin {
 
@@ -46,7 +61,9 @@ opStatus fail(opStatus status, const Parts&... parts) {
   do {                                                                                     \
     if (!(cond)) return ::op_plugin::fail(OP_ERR_PARAM_INVALID, __VA_ARGS__);               \
   } while (0)
-
-namespace op_plugin {
-
-}  // namespace op_plugin
+// Returns the status of `expr` unless it is OP_SUCCESS: the one way stage-1 helpers propagate errors.
+#define OP_TRY(expr)                                          \
+  do {                                                        \
+    const opStatus op_try_status_ = (expr);                   \
+    if (op_try_status_ != OP_SUCCESS) return op_try_status_;  \
+  } while (0)

@@ -85,13 +85,15 @@ struct BwdParams {
   void* grad_norm_weight = nullptr;          // [H], out
 };
 
-// Checks shared by both stage-1 functions: null pointers, dtypes, ranks, shapes and contiguity of
-// the four inputs; fills `shape`. `op` prefixes the messages.
-opStatus check_inputs(const char* op, const opTensor* partial_block, const opTensor* block_res,
-                      const opTensor* proj_weight, const opTensor* norm_weight, Shape* shape);
-// Checks that `t` is a contiguous tensor of dtype `dtype` with shape `dims` (ndim entries).
-opStatus check_tensor(const char* op, const char* name, const opTensor* t, opDataType dtype,
-                      const int64_t* dims, int ndim, const char* dims_text);
+// The sizes of a call whose arguments <Kernel>CheckArguments accepted: partial_block [T, H],
+// block_res [T, N, H].
+inline Shape shape_of(const opTensor& partial_block, const opTensor& block_res) {
+  Shape s;
+  s.T = partial_block.shape[0];
+  s.H = partial_block.shape[1];
+  s.N = block_res.shape[1];
+  return s;
+}
 // The dtype of inv_norm/probs for inputs of dtype `dtype`: float64 for float64, else float32.
 inline opDataType stats_dtype(opDataType dtype) {
   return dtype == OP_DT_DOUBLE ? OP_DT_DOUBLE : OP_DT_FLOAT;

@@ -10,7 +10,6 @@
 //
 // Workspace: sw[H] in acc_t.
 #include <cmath>
-#include <new>
 
 #include "bar_driver.h"
 #include "bar_plan.h"
@@ -20,8 +19,6 @@
 namespace op_plugin {
 namespace bar {
 namespace {
-
-constexpr const char* kOp = "BlockAttentionResiduals";
 
 struct FwdLayout {
   uint64_t sw = 0;     // acc_t[H]
@@ -61,100 +58,49 @@ void forward(const FwdParams& p, const Plan& plan, const FwdLayout& layout, void
   });
 }
 
-class FwdExecutor final : public opExecutor {
- public:
-  FwdExecutor(const opTensor* const (&tensors)[7], const FwdParams& params, const Plan& plan,
-              const FwdLayout& layout)
-      : params_(params), plan_(plan), layout_(layout) {
-    for (int k = 0; k < 7; ++k) tensors_[k] = *tensors[k];
-  }
-  const char* op_name() const override { return kOp; }
-  uint64_t workspace_size() const override { return layout_.bytes; }
-  opStatus execute(void* workspace) override {
-    dispatch_floating(params_.dtype, [&](auto tag) {
-      forward<decltype(tag)>(params_, plan_, layout_, workspace);
-    });
+}  // namespace
+}  // namespace bar
+
+namespace ops {
+
+// The kernel on the generated stage functions (op_plugin/ops/block_attention_residuals_stages.inc:
+// the registry's checks, descriptor capture, dtype dispatch). valid_block_num is accepted (the
+// registry checks it) and ignored (SPEC Decision 9).
+struct BlockAttentionResidualsKernel {
+  struct Plan {
+    bar::FwdParams params;
+    bar::Plan plan;
+    bar::FwdLayout layout;
+  };
+
+  static opStatus plan(BlockAttentionResidualsArgs& a, Plan* p, WorkspaceLayout* workspace) {
+    const bar::Shape shape = bar::shape_of(a.partial_block, a.block_res);
+    const opDataType dtype = a.partial_block.dtype;
+    bar::FwdParams& params = p->params;
+    params.shape = shape;
+    params.dtype = dtype;
+    params.partial_block = a.partial_block.data;
+    params.block_res = a.block_res.data;
+    params.proj_weight = a.proj_weight.data;
+    params.norm_weight = a.norm_weight.data;
+    params.hidden_states = a.hidden_states.data;
+    params.inv_norm = a.inv_norm.data;
+    params.probs = a.probs.data;
+    params.norm_eps = a.norm_eps;
+    p->plan = bar::make_plan(shape, static_cast<uint64_t>(shape.T * shape.H) * dtype_size(dtype), active_isa());
+    p->layout.sw = workspace->reserve(static_cast<uint64_t>(shape.H) * dtype_size(bar::stats_dtype(dtype)));
+    p->layout.bytes = workspace->size();
     return OP_SUCCESS;
   }
 
- private:
-  // partial_block, block_res, proj_weight, norm_weight, hidden_states, inv_norm, probs, as given
-  // to stage 1 (params_ points into their memory).
-  opTensor tensors_[7];
-  FwdParams params_;
-  Plan plan_;
-  FwdLayout layout_;
+  template <class T>
+  static opStatus run(const BlockAttentionResidualsArgs&, const Plan& p, void* workspace) {
+    bar::forward<T>(p.params, p.plan, p.layout, workspace);
+    return OP_SUCCESS;
+  }
 };
 
-}  // namespace
-}  // namespace bar
+}  // namespace ops
 }  // namespace op_plugin
 
-opStatus BlockAttentionResidualsGetWorkspaceSize(const opTensor* partial_block,
-                                                 const opTensor* block_res,
-                                                 const opTensor* proj_weight,
-                                                 const opTensor* norm_weight,
-                                                 int64_t valid_block_num, double norm_eps,
-                                                 opTensor* hidden_states, opTensor* inv_norm,
-                                                 opTensor* probs, uint64_t* workspace_size,
-                                                 opExecutor** executor) {
-  using namespace op_plugin;
-  using namespace op_plugin::bar;
-  (void)valid_block_num;  // accepted and ignored (SPEC Decision 9); the binding validated it
-  if (workspace_size == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": workspace_size must not be a null pointer");
-  if (executor == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": executor must not be a null pointer");
-  *workspace_size = 0;
-  *executor = nullptr;
-
-  Shape shape;
-  opStatus status = check_inputs(kOp, partial_block, block_res, proj_weight, norm_weight, &shape);
-  if (status != OP_SUCCESS) return status;
-  const opDataType dtype = partial_block->dtype;
-  const int64_t hidden_dims[2] = {shape.T, shape.H};
-  const int64_t stats_dims[2] = {shape.T, shape.N + 1};
-  status = check_tensor(kOp, "hidden_states", hidden_states, dtype, hidden_dims, 2, "[T, H]");
-  if (status != OP_SUCCESS) return status;
-  status = check_tensor(kOp, "inv_norm", inv_norm, stats_dtype(dtype), stats_dims, 2, "[T, N + 1]");
-  if (status != OP_SUCCESS) return status;
-  status = check_tensor(kOp, "probs", probs, stats_dtype(dtype), stats_dims, 2, "[T, N + 1]");
-  if (status != OP_SUCCESS) return status;
-  if (!(norm_eps > 0.0) || !std::isfinite(norm_eps))
-    return fail(OP_ERR_PARAM_INVALID, kOp, ": norm_eps must be positive and finite, but got ",
-                norm_eps);
-
-  FwdParams params;
-  params.shape = shape;
-  params.dtype = dtype;
-  params.partial_block = partial_block->data;
-  params.block_res = block_res->data;
-  params.proj_weight = proj_weight->data;
-  params.norm_weight = norm_weight->data;
-  params.hidden_states = hidden_states->data;
-  params.inv_norm = inv_norm->data;
-  params.probs = probs->data;
-  params.norm_eps = norm_eps;
-
-  const uint64_t elem = dtype_size(dtype);
-  const Plan plan = make_plan(shape, static_cast<uint64_t>(shape.T * shape.H) * elem, active_isa());
-  WorkspaceLayout ws;
-  FwdLayout layout;
-  layout.sw = ws.reserve(static_cast<uint64_t>(shape.H) * dtype_size(stats_dtype(dtype)));
-  layout.bytes = ws.size();
-
-  const opTensor* const tensors[7] = {partial_block, block_res, proj_weight, norm_weight,
-                                      hidden_states, inv_norm, probs};
-  FwdExecutor* created = new (std::nothrow) FwdExecutor(tensors, params, plan, layout);
-  if (created == nullptr)
-    return fail(OP_ERR_RUNTIME_ERROR, kOp, ": cannot allocate the executor");
-  *workspace_size = layout.bytes;
-  *executor = created;
-  return OP_SUCCESS;
-}
-
-opStatus BlockAttentionResiduals(void* workspace, uint64_t workspace_size, opExecutor* executor,
-                                 opStream stream) {
-  (void)stream;  // CPU: runs on the caller's parallel backend
-  return op_plugin::run_executor(workspace, workspace_size, executor);
-}
+#include "op_plugin/ops/block_attention_residuals_stages.inc"

@@ -19,8 +19,6 @@
 // Workspace: sw[H] ; gsw partials [num_chunks][padded H] ; per-chunk scratch
 // [num_chunks][padded H + padded 2 (N + 1)] for gH[t] in acc_t and g/d, then the coefficients
 // b/c. All in acc_t.
-#include <new>
-
 #include "bar_driver.h"
 #include "bar_plan.h"
 #include "bar_rows.h"
@@ -29,8 +27,6 @@
 namespace op_plugin {
 namespace bar {
 namespace {
-
-constexpr const char* kOp = "BlockAttentionResidualsGrad";
 
 struct BwdLayout {
   uint64_t sw = 0;             // acc_t[H]
@@ -42,8 +38,7 @@ struct BwdLayout {
 };
 
 template <class A>
-BwdLayout make_layout(const Shape& s, const Plan& plan) {
-  WorkspaceLayout ws;
+BwdLayout make_layout(const Shape& s, const Plan& plan, WorkspaceLayout& ws) {
   BwdLayout layout;
   const uint64_t chunks = static_cast<uint64_t>(plan.num_chunks);
   layout.gsw_stride = padded_row<A>(s.H);
@@ -157,119 +152,53 @@ void backward(const BwdParams& p, const Plan& plan, const BwdLayout& layout, voi
   });
 }
 
-constexpr int kTensorCount = 11;
+}  // namespace
+}  // namespace bar
 
-class BwdExecutor final : public opExecutor {
- public:
-  BwdExecutor(const opTensor* const (&tensors)[kTensorCount], const BwdParams& params,
-              const Plan& plan, const BwdLayout& layout)
-      : params_(params), plan_(plan), layout_(layout) {
-    for (int k = 0; k < kTensorCount; ++k) tensors_[k] = *tensors[k];
-  }
-  const char* op_name() const override { return kOp; }
-  uint64_t workspace_size() const override { return layout_.bytes; }
-  opStatus execute(void* workspace) override {
-    dispatch_floating(params_.dtype, [&](auto tag) {
-      backward<decltype(tag)>(params_, plan_, layout_, workspace);
-    });
+namespace ops {
+
+// The kernel on the generated stage functions (op_plugin/ops/block_attention_residuals_grad_stages.inc:
+// the registry's checks, descriptor capture, dtype dispatch). valid_block_num is accepted (the
+// registry checks it) and ignored (SPEC Decision 9).
+struct BlockAttentionResidualsGradKernel {
+  struct Plan {
+    bar::BwdParams params;
+    bar::Plan plan;
+    bar::BwdLayout layout;
+  };
+
+  static opStatus plan(BlockAttentionResidualsGradArgs& a, Plan* p, WorkspaceLayout* workspace) {
+    const bar::Shape s = bar::shape_of(a.partial_block, a.block_res);
+    const opDataType dtype = a.partial_block.dtype;
+    bar::BwdParams& params = p->params;
+    params.shape = s;
+    params.dtype = dtype;
+    params.partial_block = a.partial_block.data;
+    params.block_res = a.block_res.data;
+    params.proj_weight = a.proj_weight.data;
+    params.norm_weight = a.norm_weight.data;
+    params.grad_hidden_states = a.grad_hidden_states.data;
+    params.inv_norm = a.inv_norm.data;
+    params.probs = a.probs.data;
+    params.grad_partial_block = a.grad_partial_block.data;
+    params.grad_block_res = a.grad_block_res.data;
+    params.grad_proj_weight = a.grad_proj_weight.data;
+    params.grad_norm_weight = a.grad_norm_weight.data;
+    const uint64_t out_bytes = static_cast<uint64_t>(s.T * (s.N + 1) * s.H) * dtype_size(dtype);
+    p->plan = bar::make_plan(s, out_bytes, active_isa());
+    p->layout = dtype == OP_DT_DOUBLE ? bar::make_layout<double>(s, p->plan, *workspace)
+                                      : bar::make_layout<float>(s, p->plan, *workspace);
     return OP_SUCCESS;
   }
 
- private:
-  // partial_block, block_res, proj_weight, norm_weight, grad_hidden_states, inv_norm, probs,
-  // grad_partial_block, grad_block_res, grad_proj_weight, grad_norm_weight, as given to stage 1.
-  opTensor tensors_[kTensorCount];
-  BwdParams params_;
-  Plan plan_;
-  BwdLayout layout_;
+  template <class T>
+  static opStatus run(const BlockAttentionResidualsGradArgs&, const Plan& p, void* workspace) {
+    bar::backward<T>(p.params, p.plan, p.layout, workspace);
+    return OP_SUCCESS;
+  }
 };
 
-}  // namespace
-}  // namespace bar
+}  // namespace ops
 }  // namespace op_plugin
 
-opStatus BlockAttentionResidualsGradGetWorkspaceSize(
-    const opTensor* partial_block, const opTensor* block_res, const opTensor* proj_weight,
-    const opTensor* norm_weight, const opTensor* grad_hidden_states, const opTensor* inv_norm,
-    const opTensor* probs, int64_t valid_block_num, opTensor* grad_partial_block,
-    opTensor* grad_block_res, opTensor* grad_proj_weight, opTensor* grad_norm_weight,
-    uint64_t* workspace_size, opExecutor** executor) {
-  using namespace op_plugin;
-  using namespace op_plugin::bar;
-  (void)valid_block_num;  // accepted and ignored (SPEC Decision 9); the binding validated it
-  if (workspace_size == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": workspace_size must not be a null pointer");
-  if (executor == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, kOp, ": executor must not be a null pointer");
-  *workspace_size = 0;
-  *executor = nullptr;
-
-  Shape s;
-  opStatus status = check_inputs(kOp, partial_block, block_res, proj_weight, norm_weight, &s);
-  if (status != OP_SUCCESS) return status;
-  const opDataType dtype = partial_block->dtype;
-  const int64_t th[2] = {s.T, s.H};
-  const int64_t tnh[3] = {s.T, s.N, s.H};
-  const int64_t stats[2] = {s.T, s.N + 1};
-  const int64_t one_h[2] = {1, s.H};
-  const bool proj_2d = proj_weight->ndim == 2;
-  struct Check {
-    const char* name;
-    const opTensor* t;
-    opDataType dtype;
-    const int64_t* dims;
-    int ndim;
-    const char* dims_text;
-  };
-  const Check checks[] = {
-      {"grad_hidden_states", grad_hidden_states, dtype, th, 2, "[T, H]"},
-      {"inv_norm", inv_norm, stats_dtype(dtype), stats, 2, "[T, N + 1]"},
-      {"probs", probs, stats_dtype(dtype), stats, 2, "[T, N + 1]"},
-      {"grad_partial_block", grad_partial_block, dtype, th, 2, "[T, H]"},
-      {"grad_block_res", grad_block_res, dtype, tnh, 3, "[T, N, H]"},
-      {"grad_proj_weight", grad_proj_weight, dtype, proj_2d ? one_h : one_h + 1, proj_2d ? 2 : 1,
-       proj_2d ? "[1, H] (like proj_weight)" : "[H] (like proj_weight)"},
-      {"grad_norm_weight", grad_norm_weight, dtype, one_h + 1, 1, "[H]"},
-  };
-  for (const Check& c : checks) {
-    status = check_tensor(kOp, c.name, c.t, c.dtype, c.dims, c.ndim, c.dims_text);
-    if (status != OP_SUCCESS) return status;
-  }
-
-  BwdParams params;
-  params.shape = s;
-  params.dtype = dtype;
-  params.partial_block = partial_block->data;
-  params.block_res = block_res->data;
-  params.proj_weight = proj_weight->data;
-  params.norm_weight = norm_weight->data;
-  params.grad_hidden_states = grad_hidden_states->data;
-  params.inv_norm = inv_norm->data;
-  params.probs = probs->data;
-  params.grad_partial_block = grad_partial_block->data;
-  params.grad_block_res = grad_block_res->data;
-  params.grad_proj_weight = grad_proj_weight->data;
-  params.grad_norm_weight = grad_norm_weight->data;
-
-  const uint64_t out_bytes =
-      static_cast<uint64_t>(s.T * (s.N + 1) * s.H) * dtype_size(dtype);
-  const Plan plan = make_plan(s, out_bytes, active_isa());
-  const BwdLayout layout =
-      dtype == OP_DT_DOUBLE ? make_layout<double>(s, plan) : make_layout<float>(s, plan);
-
-  const opTensor* const tensors[kTensorCount] = {
-      partial_block, block_res,          proj_weight,    norm_weight,      grad_hidden_states, inv_norm,
-      probs,         grad_partial_block, grad_block_res, grad_proj_weight, grad_norm_weight};
-  BwdExecutor* created = new (std::nothrow) BwdExecutor(tensors, params, plan, layout);
-  if (created == nullptr)
-    return fail(OP_ERR_RUNTIME_ERROR, kOp, ": cannot allocate the executor");
-  *workspace_size = layout.bytes;
-  *executor = created;
-  return OP_SUCCESS;
-}
-
-opStatus BlockAttentionResidualsGrad(void* workspace, uint64_t workspace_size, opExecutor* executor,
-                                     opStream stream) {
-  (void)stream;  // CPU: runs on the caller's parallel backend
-  return op_plugin::run_executor(workspace, workspace_size, executor);
-}
+#include "op_plugin/ops/block_attention_residuals_grad_stages.inc"

@@ -1,13 +1,11 @@
 // Shared stage-1 helpers of flash_attn and flash_attn_grad: layout parsing, sequence tables,
-// content validation of cu_seqlens / seqused, params filling. Baseline TUs only.
+// content validation of cu_seqlens / seqused, params filling. The arguments' rules are the
+// registry's, checked before these run (<Kernel>CheckArguments, generated). Baseline TUs only.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
-#include <memory>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "kernels/flash_attention/flash_attention_params.h"
@@ -48,52 +46,12 @@ inline Dims dims_of(const opTensor& t, Layout l) {
   return d;
 }
 
-inline bool is_float_dtype(opDataType dt) {
-  return dt == OP_DT_FLOAT || dt == OP_DT_FLOAT16 || dt == OP_DT_BF16 || dt == OP_DT_DOUBLE;
-}
-
-inline opStatus check_tensor(const opTensor* t, const char* name, opDataType dtype, int rank) {
-  if (t->dtype != dtype)
-    return fail(OP_ERR_PARAM_INVALID, "dtype of ", name, " must be the same as q (", dtype_name(dtype), "), but got ",
-                dtype_name(t->dtype));
-  if (t->ndim != rank) return fail(OP_ERR_PARAM_INVALID, name, " must be ", rank, "D, but got ", t->ndim, "D");
-  for (int d = 0; d < rank; ++d)
-    if (t->shape[d] <= 0) return fail(OP_ERR_PARAM_INVALID, name, " must not be empty (dim ", d, " is ", t->shape[d], ")");
-  if (!is_contiguous(*t)) return fail(OP_ERR_PARAM_INVALID, name, " must be contiguous");
-  if (t->data == nullptr) return fail(OP_ERR_PARAM_NULLPTR, name, " data must not be a null pointer");
-  return OP_SUCCESS;
-}
-
-inline opStatus check_shape(const opTensor* t, const char* name, std::initializer_list<int64_t> want) {
-  bool ok = t->ndim == static_cast<int>(want.size());
-  int d = 0;
-  for (int64_t w : want) {
-    if (ok && t->shape[d] != w) ok = false;
-    ++d;
-  }
-  if (ok) return OP_SUCCESS;
-  std::string got = "[", exp = "[";
-  for (int i = 0; i < t->ndim; ++i) got += (i ? ", " : "") + std::to_string(t->shape[i]);
-  d = 0;
-  for (int64_t w : want) exp += (d++ ? ", " : "") + std::to_string(w);
-  return fail(OP_ERR_PARAM_INVALID, name, " must have shape ", exp, "], but got ", got, "]");
-}
-
-// Reads a 1-D int32/int64 tensor into `out`.
-inline opStatus read_ints(const opTensor* t, const char* name, int64_t expected_len, std::vector<int64_t>* out) {
-  if (t->dtype != OP_DT_INT32 && t->dtype != OP_DT_INT64)
-    return fail(OP_ERR_PARAM_INVALID, name, " must be int32 or int64, but got ", dtype_name(t->dtype));
-  if (t->ndim != 1) return fail(OP_ERR_PARAM_INVALID, name, " must be 1D, but got ", t->ndim, "D");
-  if (t->shape[0] != expected_len)
-    return fail(OP_ERR_PARAM_INVALID, name, " must have ", expected_len, " elements, but got ", t->shape[0]);
-  if (expected_len > 0 && t->data == nullptr) return fail(OP_ERR_PARAM_NULLPTR, name, " data must not be a null pointer");
-  out->resize(static_cast<size_t>(expected_len));
-  for (int64_t i = 0; i < expected_len; ++i) {
-    const int64_t idx = i * t->strides[0];
-    (*out)[i] = t->dtype == OP_DT_INT32 ? static_cast<const int32_t*>(t->data)[idx]
-                                        : static_cast<const int64_t*>(t->data)[idx];
-  }
-  return OP_SUCCESS;
+// The values of a 1-D int32/int64 tensor (the registry checked its dtype and length).
+inline std::vector<int64_t> read_ints(const opTensor* t) {
+  std::vector<int64_t> out(static_cast<size_t>(t->shape[0]));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = t->dtype == OP_DT_INT32 ? static_cast<const int32_t*>(t->data)[i] : static_cast<const int64_t*>(t->data)[i];
+  return out;
 }
 
 // Per-batch sequence tables held by the executor (the params struct points into them).
@@ -102,30 +60,46 @@ struct Sequences {
   int64_t max_q = 0, max_kv = 0;
 };
 
-// Validates cu_seqlens / seqused (presence and contents) and fills the tables.
-// q_dims/kv_dims: layout sizes of q and k. For TND, batch comes from cu_seqlens_q.
+// The one sequence-table builder of flash_attn, flash_attn_grad and swa: B sequences at the
+// cumulative offsets cum_q / cum_kv (B + 1 values from 0: TND), or B batches of rows_q / rows_kv
+// rows each (cum_* null: BSND, BNSD, ...). Actual lengths start as the rows; `shorten` (seqused)
+// may lower them before finish_sequences takes the maxima.
+inline void start_sequences(int64_t B, const int64_t* cum_q, const int64_t* cum_kv, int64_t rows_q, int64_t rows_kv,
+                            Sequences* s) {
+  s->q_start.assign(B, 0);
+  s->kv_start.assign(B, 0);
+  s->rows_q.assign(B, rows_q);
+  s->rows_kv.assign(B, rows_kv);
+  for (int64_t b = 0; cum_q != nullptr && b < B; ++b) {
+    s->q_start[b] = cum_q[b];
+    s->kv_start[b] = cum_kv[b];
+    s->rows_q[b] = cum_q[b + 1] - cum_q[b];
+    s->rows_kv[b] = cum_kv[b + 1] - cum_kv[b];
+  }
+  s->seqlen_q = s->rows_q;
+  s->seqlen_kv = s->rows_kv;
+}
+
+inline void finish_sequences(Sequences* s) {
+  for (size_t b = 0; b < s->seqlen_q.size(); ++b) {
+    s->max_q = std::max(s->max_q, s->seqlen_q[b]);
+    s->max_kv = std::max(s->max_kv, s->seqlen_kv[b]);
+  }
+}
+
+// Validates the contents of cu_seqlens / seqused (the registry checked their presence and
+// shapes) and fills the tables. q_dims/kv_dims: layout sizes of q and k. For TND, batch comes
+// from cu_seqlens_q.
 inline opStatus build_sequences(Layout layout, const Dims& qd, const Dims& kd, const opTensor* cu_q,
                                 const opTensor* cu_kv, const opTensor* used_q, const opTensor* used_kv,
                                 Sequences* s, int64_t* batch_out) {
   const bool tnd = layout == Layout::kTND;
-  if (tnd) {
-    if (cu_q == nullptr) return fail(OP_ERR_PARAM_INVALID, "cu_seqlens_q must be provided when layout is TND.");
-    if (cu_kv == nullptr) return fail(OP_ERR_PARAM_INVALID, "cu_seqlens_kv must be provided when layout is TND.");
-  } else {
-    if (cu_q != nullptr) return fail(OP_ERR_PARAM_INVALID, "cu_seqlens_q must not be provided when layout is not TND.");
-    if (cu_kv != nullptr) return fail(OP_ERR_PARAM_INVALID, "cu_seqlens_kv must not be provided when layout is not TND.");
-  }
   int64_t B = qd.batch;
   std::vector<int64_t> cq, ckv;
   if (tnd) {
-    if (cu_q->ndim != 1) return fail(OP_ERR_PARAM_INVALID, "cu_seqlens_q must be 1D, but got ", cu_q->ndim, "D");
-    if (cu_kv->ndim != 1) return fail(OP_ERR_PARAM_INVALID, "cu_seqlens_kv must be 1D, but got ", cu_kv->ndim, "D");
-    B = cu_q->shape[0] - 1;
-    if (B < 1) return fail(OP_ERR_PARAM_INVALID, "cu_seqlens_q must have at least 2 elements (B + 1), but got ", cu_q->shape[0]);
-    opStatus st = read_ints(cu_q, "cu_seqlens_q", B + 1, &cq);
-    if (st != OP_SUCCESS) return st;
-    st = read_ints(cu_kv, "cu_seqlens_kv", B + 1, &ckv);
-    if (st != OP_SUCCESS) return st;
+    cq = read_ints(cu_q);
+    ckv = read_ints(cu_kv);
+    B = static_cast<int64_t>(cq.size()) - 1;
     const struct { const std::vector<int64_t>* v; const char* name; int64_t total; } cus[2] = {
         {&cq, "cu_seqlens_q", qd.rows}, {&ckv, "cu_seqlens_kv", kd.rows}};
     for (const auto& cu : cus) {
@@ -140,78 +114,35 @@ inline opStatus build_sequences(Layout layout, const Dims& qd, const Dims& kd, c
                     "] = ", v[B]);
     }
   }
-  s->q_start.assign(B, 0);
-  s->kv_start.assign(B, 0);
-  s->rows_q.assign(B, qd.rows);
-  s->rows_kv.assign(B, kd.rows);
-  if (tnd) {
-    for (int64_t b = 0; b < B; ++b) {
-      s->q_start[b] = cq[b];
-      s->kv_start[b] = ckv[b];
-      s->rows_q[b] = cq[b + 1] - cq[b];
-      s->rows_kv[b] = ckv[b + 1] - ckv[b];
-    }
-  }
-  s->seqlen_q = s->rows_q;
-  s->seqlen_kv = s->rows_kv;
+  start_sequences(B, tnd ? cq.data() : nullptr, tnd ? ckv.data() : nullptr, qd.rows, kd.rows, s);
   const struct { const opTensor* t; const char* name; std::vector<int64_t>* len; int64_t limit; } used[2] = {
       {used_q, "seqused_q", &s->seqlen_q, qd.rows}, {used_kv, "seqused_kv", &s->seqlen_kv, kd.rows}};
   for (const auto& u : used) {
     if (u.t == nullptr) continue;
-    std::vector<int64_t> vals;
-    opStatus st = read_ints(u.t, u.name, B, &vals);
-    if (st != OP_SUCCESS) return st;
+    const std::vector<int64_t> vals = read_ints(u.t);
     for (int64_t b = 0; b < B; ++b) {
       if (vals[b] < 0 || vals[b] > u.limit)
         return fail(OP_ERR_PARAM_INVALID, u.name, "[", b, "] = ", vals[b], " must be within [0, ", u.limit, "]");
       if (vals[b] < (*u.len)[b]) (*u.len)[b] = vals[b];  // with cu_seqlens, the shorter wins
     }
   }
-  for (int64_t b = 0; b < B; ++b) {
-    s->max_q = std::max(s->max_q, s->seqlen_q[b]);
-    s->max_kv = std::max(s->max_kv, s->seqlen_kv[b]);
-  }
+  finish_sequences(s);
   *batch_out = B;
   return OP_SUCCESS;
 }
 
-// Mask mode / window / attn_mask rules of SPEC §1.6; resolves the window to the engine's
-// (left, right), where -1 (unbounded) becomes kUnbounded.
-inline opStatus resolve_mask(int64_t mask_mode, int64_t win_left, int64_t win_right, const opTensor* attn_mask,
-                             int64_t* left, int64_t* right) {
-  if (mask_mode != 0 && mask_mode != 3 && mask_mode != 4)
-    return fail(OP_ERR_PARAM_INVALID, "mask_mode only supports 0, 3, 4, but got ", mask_mode, ".");
-  if (win_left < -1) return fail(OP_ERR_PARAM_INVALID, "win_left must be -1 or >= 0, but got ", win_left, ".");
-  if (win_right < -1) return fail(OP_ERR_PARAM_INVALID, "win_right must be -1 or >= 0, but got ", win_right, ".");
+// The engine's key window (left, right) for mask_mode 0 / 3 / 4 (SPEC §1.4); -1 (unbounded)
+// becomes kUnbounded. The registry checked the mode, the window values and attn_mask.
+inline void window_of(int64_t mask_mode, int64_t win_left, int64_t win_right, int64_t* left, int64_t* right) {
   if (mask_mode == 0) {
-    if (attn_mask != nullptr) return fail(OP_ERR_PARAM_INVALID, "attn_mask must not be provided when mask_mode is 0.");
-    if (win_left != -1) return fail(OP_ERR_PARAM_INVALID, "win_left must be -1 when mask_mode is 0, but got ", win_left, ".");
-    if (win_right != -1) return fail(OP_ERR_PARAM_INVALID, "win_right must be -1 when mask_mode is 0, but got ", win_right, ".");
-    *left = kUnbounded;
-    *right = kUnbounded;
-    return OP_SUCCESS;
-  }
-  if (attn_mask == nullptr)
-    return fail(OP_ERR_PARAM_INVALID, "attn_mask must be provided when mask_mode is ", mask_mode, ".");
-  if (attn_mask->ndim != 2) return fail(OP_ERR_PARAM_INVALID, "attn_mask must be 2D, but got ", attn_mask->ndim, "D.");
-  if (attn_mask->shape[0] != 2048 || attn_mask->shape[1] != 2048)
-    return fail(OP_ERR_PARAM_INVALID, "attn_mask shape must be [2048, 2048], but got [", attn_mask->shape[0], ", ",
-                attn_mask->shape[1], "].");
-  if (mask_mode == 3) {
-    if (win_left != -1) return fail(OP_ERR_PARAM_INVALID, "win_left must be -1 when mask_mode is 3, but got ", win_left, ".");
-    if (win_right != -1) return fail(OP_ERR_PARAM_INVALID, "win_right must be -1 when mask_mode is 3, but got ", win_right, ".");
+    *left = *right = kUnbounded;
+  } else if (mask_mode == 3) {
     *left = kUnbounded;
     *right = 0;
-    return OP_SUCCESS;
+  } else {  // mode 4: -1 = unbounded on that side (Decision 4)
+    *left = win_left == -1 ? kUnbounded : win_left;
+    *right = win_right == -1 ? kUnbounded : win_right;
   }
-  *left = win_left == -1 ? kUnbounded : win_left;  // mode 4: -1 = unbounded on that side (Decision 4)
-  *right = win_right == -1 ? kUnbounded : win_right;
-  return OP_SUCCESS;
-}
-
-inline opStatus check_max_seqlen(int64_t v, const char* name) {
-  if (v < -1) return fail(OP_ERR_PARAM_INVALID, name, " must be -1 or >= 0, but got ", v, ".");
-  return OP_SUCCESS;
 }
 
 // Fills the tensor fields of params for one operand.
@@ -219,6 +150,44 @@ inline void set_strides(const Dims& d, int64_t* batch, int64_t* row, int64_t* he
   *batch = d.batch_stride;
   *row = d.row_stride;
   *head = d.head_stride;
+}
+
+// The params fill every front door shares (flash_attn, flash_attn_grad, swa_forward,
+// swa_backward): q, k, v (pointers, dtype, sizes, strides) and the sequence tables, which the
+// executor owns (the params point into them).
+inline void fill_operands(const opTensor& q, const opTensor& k, const opTensor& v, const Dims& qd, const Dims& kd,
+                          const Dims& vd, int64_t batch, const Sequences& seq, FlashAttnFwdParams* p) {
+  p->q = q.data;
+  p->k = k.data;
+  p->v = v.data;
+  p->dtype = q.dtype;
+  p->batch = batch;
+  p->heads_q = qd.heads;
+  p->heads_kv = kd.heads;
+  p->group = qd.heads / kd.heads;
+  p->head_dim = qd.dim;
+  p->head_dim_v = vd.dim;
+  p->max_seqlen_q = seq.max_q;
+  p->max_seqlen_kv = seq.max_kv;
+  set_strides(qd, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
+  set_strides(kd, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
+  set_strides(vd, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
+  p->q_start = seq.q_start.data();
+  p->kv_start = seq.kv_start.data();
+  p->seqlen_q = seq.seqlen_q.data();
+  p->seqlen_kv = seq.seqlen_kv.data();
+  p->rows_q = seq.rows_q.data();
+  p->rows_kv = seq.rows_kv.data();
+}
+
+// softmax_lse (b, n, i): [B, N, S], or [N, T] for TND (batch stride 0, rows at q_start).
+inline void set_lse(const opTensor& lse, Layout layout, FlashAttnFwdParams* p) {
+  p->lse = lse.data;
+  p->lse_dtype = lse.dtype;
+  const bool tnd = layout == Layout::kTND;
+  p->lse_batch_stride = tnd ? 0 : lse.strides[0];
+  p->lse_head_stride = tnd ? lse.strides[0] : lse.strides[1];
+  p->lse_row_stride = tnd ? lse.strides[1] : lse.strides[2];
 }
 
 // Chooses the compute path for the dtype and head dims on the active ISA.
@@ -268,16 +237,6 @@ inline void sinks_to_doubles(const opTensor* sinks, std::vector<double>* out) {
     }
     (*out)[i] = v;
   }
-}
-
-inline opStatus check_sinks(const opTensor* sinks, int64_t n1) {
-  if (sinks == nullptr) return OP_SUCCESS;
-  if (!is_float_dtype(sinks->dtype))
-    return fail(OP_ERR_PARAM_INVALID, "sinks must be a floating tensor, but got ", dtype_name(sinks->dtype));
-  if (sinks->ndim != 1 || sinks->shape[0] != n1)
-    return fail(OP_ERR_PARAM_INVALID, "sinks must have shape [", n1, "] (N1), but got a ", sinks->ndim, "D tensor");
-  if (sinks->data == nullptr) return fail(OP_ERR_PARAM_NULLPTR, "sinks data must not be a null pointer");
-  return OP_SUCCESS;
 }
 
 }  // namespace flash

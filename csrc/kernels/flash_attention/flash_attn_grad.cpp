@@ -44,125 +44,44 @@ opStatus FlashAttnGradGetWorkspaceSize(const opTensor* q, const opTensor* k, con
                                        const char* layout_out, opTensor* dq, opTensor* dk, opTensor* dv,
                                        uint64_t* workspace_size, opExecutor** executor) {
   (void)metadata;  // ignored on CPU (Decision 7)
-  OP_CHECK_NOT_NULL(q);
-  OP_CHECK_NOT_NULL(k);
-  OP_CHECK_NOT_NULL(v);
-  OP_CHECK_NOT_NULL(dout);
-  OP_CHECK_NOT_NULL(attn_out);
-  OP_CHECK_NOT_NULL(softmax_lse);
-  OP_CHECK_NOT_NULL(dq);
-  OP_CHECK_NOT_NULL(dk);
-  OP_CHECK_NOT_NULL(dv);
   OP_CHECK_NOT_NULL(workspace_size);
   OP_CHECK_NOT_NULL(executor);
   *executor = nullptr;
   *workspace_size = 0;
+  OP_TRY(FlashAttnGradCheckArguments(q, k, v, dout, attn_out, softmax_lse, cu_seqlens_q, cu_seqlens_kv, seqused_q,
+                                     seqused_kv, sinks, attn_mask, metadata, softmax_scale, mask_mode, win_left,
+                                     win_right, max_seqlen_q, max_seqlen_kv, layout_q, layout_kv, layout_out, dq, dk,
+                                     dv));
 
-  Layout lq, lkv, lo;
-  OP_CHECK(parse_layout(layout_q, &lq), "layout_q only supports BSND, TND, BNSD, but got ", layout_q ? layout_q : "(null)", ".");
   // BNSD in with BSND out, as the forward allows, so autograd can pair any forward call with its grad.
-  OP_CHECK(parse_layout(layout_kv, &lkv) && parse_layout(layout_out, &lo) && lkv == lq &&
-               (lo == lq || (lq == Layout::kBNSD && lo == Layout::kBSND)),
-           "layout_q(", layout_q, "), layout_kv(", layout_kv ? layout_kv : "(null)", "), layout_out(",
-           layout_out ? layout_out : "(null)", ") must be the same (BNSD may give BSND out).");
-  OP_CHECK(is_float_dtype(q->dtype), "q must be float16, bfloat16, float32 or float64, but got ", dtype_name(q->dtype));
+  Layout lq = Layout::kBSND, lo = Layout::kBSND;
+  parse_layout(layout_q, &lq);
+  parse_layout(layout_out, &lo);
   const opDataType dt = q->dtype;
-  const int rank = layout_rank(lq);
-  opStatus st;
-  const struct { const opTensor* t; const char* name; } ins[] = {
-      {q, "q"}, {k, "k"}, {v, "v"}, {dout, "dout"}, {attn_out, "attn_out"}, {dq, "dq"}, {dk, "dk"}, {dv, "dv"}};
-  for (const auto& in : ins)
-    if ((st = check_tensor(in.t, in.name, dt, rank)) != OP_SUCCESS) return st;
   const Dims qd = dims_of(*q, lq), kd = dims_of(*k, lq), vd = dims_of(*v, lq);
-  OP_CHECK(qd.dim == kd.dim, "D dim of k (", kd.dim, ") must equal D dim of q (", qd.dim, ").");
-  OP_CHECK(vd.dim <= qd.dim, "D dim of v must not exceed D dim of q.");
-  OP_CHECK(kd.batch == qd.batch, "batch of k (", kd.batch, ") must equal batch of q (", qd.batch, ").");
-  OP_CHECK(vd.batch == kd.batch && vd.rows == kd.rows && vd.heads == kd.heads,
-           "v must match k in batch, sequence and head dims.");
-  OP_CHECK(qd.heads % kd.heads == 0, "N dim of q must be divisible by N dim of k.");
-  const Dims od = dims_of(*attn_out, lo), dod = dims_of(*dout, lo);
-  for (const Dims& o : {od, dod})
-    OP_CHECK(o.batch == qd.batch && o.rows == qd.rows && o.heads == qd.heads && o.dim == vd.dim,
-             "dout and attn_out must have the shape of q with the last dim Dv (", vd.dim, ") in layout_out.");
-  for (int d = 0; d < rank; ++d) {
-    OP_CHECK(dout->shape[d] == attn_out->shape[d], "dout and attn_out must have the same shape.");
-    OP_CHECK(dq->shape[d] == q->shape[d] && dk->shape[d] == k->shape[d] && dv->shape[d] == v->shape[d],
-             "dq, dk, dv must have the shapes of q, k, v.");
-  }
-  if ((st = check_max_seqlen(max_seqlen_q, "max_seqlen_q")) != OP_SUCCESS) return st;
-  if ((st = check_max_seqlen(max_seqlen_kv, "max_seqlen_kv")) != OP_SUCCESS) return st;
+  const Dims od = dims_of(*attn_out, lo);
   int64_t left, right;
-  if ((st = resolve_mask(mask_mode, win_left, win_right, attn_mask, &left, &right)) != OP_SUCCESS) return st;
-  if ((st = check_sinks(sinks, qd.heads)) != OP_SUCCESS) return st;  // lse is authoritative (Decision 6)
-  OP_CHECK(std::isfinite(softmax_scale), "softmax_scale must be finite, but got ", softmax_scale);
+  window_of(mask_mode, win_left, win_right, &left, &right);  // sinks: the lse is authoritative (Decision 6)
 
   auto ex = std::make_unique<FlashAttnGradExecutor>();
   int64_t B = 0;
-  if ((st = build_sequences(lq, qd, kd, cu_seqlens_q, cu_seqlens_kv, seqused_q, seqused_kv, &ex->seq, &B)) != OP_SUCCESS)
-    return st;
-  const int64_t N1 = qd.heads;
-  OP_CHECK(softmax_lse->dtype == OP_DT_FLOAT || (dt == OP_DT_DOUBLE && softmax_lse->dtype == OP_DT_DOUBLE),
-           "softmax_lse must be float32, but got ", dtype_name(softmax_lse->dtype));
-  if (lq == Layout::kTND) {
-    OP_CHECK(softmax_lse->ndim == 2, "softmax_lse must be 2D (N, T) when layout is TND.");
-    if ((st = check_shape(softmax_lse, "softmax_lse", {N1, qd.rows})) != OP_SUCCESS) return st;
-  } else {
-    if ((st = check_shape(softmax_lse, "softmax_lse", {B, N1, qd.rows})) != OP_SUCCESS) return st;
-  }
-  OP_CHECK(softmax_lse->data != nullptr, "softmax_lse data must not be a null pointer");
+  OP_TRY(build_sequences(lq, qd, kd, cu_seqlens_q, cu_seqlens_kv, seqused_q, seqused_kv, &ex->seq, &B));
 
   FlashAttnBwdParams& p = ex->params;
-  p.q = q->data;
-  p.k = k->data;
-  p.v = v->data;
+  fill_operands(*q, *k, *v, qd, kd, vd, B, ex->seq, &p);
   p.out = attn_out->data;
   p.dout = dout->data;
   p.dq = dq->data;
   p.dk = dk->data;
   p.dv = dv->data;
-  p.dtype = dt;
-  p.batch = B;
-  p.heads_q = N1;
-  p.heads_kv = kd.heads;
-  p.group = N1 / kd.heads;
-  p.head_dim = qd.dim;
-  p.head_dim_v = vd.dim;
-  p.max_seqlen_q = ex->seq.max_q;
-  p.max_seqlen_kv = ex->seq.max_kv;
-  // dq/dk/dv share the strides of q/k/v (all are contiguous in the same layout), dout those of
-  // attn_out.
+  // dq/dk/dv have the shapes of q/k/v and dout that of attn_out, all contiguous: the same strides
+  // (but in size-1 dimensions, where no index reaches them).
   const Dims dqd = dims_of(*dq, lq), dkd = dims_of(*dk, lq), dvd = dims_of(*dv, lq);
-  OP_CHECK(od.batch_stride == dod.batch_stride && od.row_stride == dod.row_stride && od.head_stride == dod.head_stride,
-           "dout and attn_out must have the same strides");
-  OP_CHECK(dqd.batch_stride == qd.batch_stride && dqd.row_stride == qd.row_stride && dqd.head_stride == qd.head_stride &&
-               dkd.batch_stride == kd.batch_stride && dkd.row_stride == kd.row_stride &&
-               dkd.head_stride == kd.head_stride && dvd.batch_stride == vd.batch_stride &&
-               dvd.row_stride == vd.row_stride && dvd.head_stride == vd.head_stride,
-           "dq, dk, dv must have the strides of q, k, v");
-  set_strides(qd, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
-  set_strides(kd, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
-  set_strides(vd, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
   set_strides(od, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
   set_strides(dqd, &p.dq_batch_stride, &p.dq_row_stride, &p.dq_head_stride);
   set_strides(dkd, &p.dk_batch_stride, &p.dk_row_stride, &p.dk_head_stride);
   set_strides(dvd, &p.dv_batch_stride, &p.dv_row_stride, &p.dv_head_stride);
-  p.lse = softmax_lse->data;
-  p.lse_dtype = softmax_lse->dtype;
-  if (lq == Layout::kTND) {
-    p.lse_batch_stride = 0;
-    p.lse_head_stride = softmax_lse->strides[0];
-    p.lse_row_stride = softmax_lse->strides[1];
-  } else {
-    p.lse_batch_stride = softmax_lse->strides[0];
-    p.lse_head_stride = softmax_lse->strides[1];
-    p.lse_row_stride = softmax_lse->strides[2];
-  }
-  p.q_start = ex->seq.q_start.data();
-  p.kv_start = ex->seq.kv_start.data();
-  p.seqlen_q = ex->seq.seqlen_q.data();
-  p.seqlen_kv = ex->seq.seqlen_kv.data();
-  p.rows_q = ex->seq.rows_q.data();
-  p.rows_kv = ex->seq.rows_kv.data();
+  set_lse(*softmax_lse, lq, &p);
   p.scale = softmax_scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(qd.dim)) : softmax_scale;
   p.win_left = left;
   p.win_right = right;

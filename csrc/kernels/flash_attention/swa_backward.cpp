@@ -112,56 +112,25 @@ opStatus SwaBackwardGetWorkspaceSize(const opTensor* query, const opTensor* key,
   (void)prefix;
   (void)gen_mask_parallel;
   (void)sync;
-  OP_CHECK_NOT_NULL(query);
-  OP_CHECK_NOT_NULL(key);
-  OP_CHECK_NOT_NULL(value);
-  OP_CHECK_NOT_NULL(dy);
-  OP_CHECK_NOT_NULL(dq);
-  OP_CHECK_NOT_NULL(dk);
-  OP_CHECK_NOT_NULL(dv);
-  OP_CHECK_NOT_NULL(dpse);
-  OP_CHECK_NOT_NULL(dsink);
   OP_CHECK_NOT_NULL(workspace_size);
   OP_CHECK_NOT_NULL(executor);
   *executor = nullptr;
   *workspace_size = 0;
-  OP_CHECK(softmax_max != nullptr && softmax_sum != nullptr,
-           "softmax_max and softmax_sum (the forward's statistics) must be provided");
-  OP_CHECK(attention_in != nullptr, "attention_in (the forward's attention_out) must be provided");
+  OP_TRY(SwaBackwardCheckArguments(query, key, value, dy, head_num, input_layout, pse, padding_mask, atten_mask,
+                                   softmax_max, softmax_sum, softmax_in, attention_in, scale_value, keep_prob,
+                                   pre_tockens, next_tockens, inner_precise, seed, offset, numels, prefix,
+                                   actual_seq_qlen, actual_seq_kvlen, sparse_mode, gen_mask_parallel, sync,
+                                   softmax_layout, sink, dq, dk, dv, dpse, dsink));
 
   auto ex = std::make_unique<SwaBackwardExecutor>();
   swa::Geometry& g = ex->geo;
   swa::MaskPlan mask;
-  opStatus st = swa::check_inputs(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale_value,
-                                  "scale_value", keep_prob, pre_tockens, next_tockens, actual_seq_qlen, actual_seq_kvlen,
-                                  sparse_mode, softmax_layout, sink, &g, &mask);
-  if (st != OP_SUCCESS) return st;
+  OP_TRY(swa::make_call(query, key, value, head_num, input_layout, pse, atten_mask, pre_tockens, next_tockens,
+                        actual_seq_qlen, actual_seq_kvlen, sparse_mode, &g, &mask));
+  // The dropout mask is regenerated from the forward's element count (which TND's sequence
+  // contents give, so only here can it be checked).
   OP_CHECK(keep_prob == 1.0 || numels == g.numels, "numels (", numels, ") must be the forward's element count ",
            g.numels, " when keep_prob < 1");
-
-  const std::vector<int64_t> oshape = g.out_shape();
-  if ((st = swa::check_out(dy, "dy", g.dtype, g.dtype, oshape)) != OP_SUCCESS) return st;
-  if ((st = swa::check_out(attention_in, "attention_in", g.dtype, g.dtype, oshape)) != OP_SUCCESS) return st;
-  const opDataType sdt = g.stats_dtype();
-  if ((st = swa::check_stats(g, softmax_max, softmax_sum)) != OP_SUCCESS) return st;
-  const struct { opTensor* t; const opTensor* like; const char* name; } grads[] = {
-      {dq, query, "dq"}, {dk, key, "dk"}, {dv, value, "dv"}};
-  for (const auto& gr : grads)
-    if ((st = swa::check_out(gr.t, gr.name, g.dtype, g.dtype,
-                             std::vector<int64_t>(gr.like->shape, gr.like->shape + gr.like->ndim))) != OP_SUCCESS)
-      return st;
-  if (pse != nullptr) {
-    if ((st = swa::check_out(dpse, "dpse", pse->dtype, pse->dtype, std::vector<int64_t>(pse->shape, pse->shape + 4))) !=
-        OP_SUCCESS)
-      return st;
-  } else {
-    OP_CHECK(dpse->ndim == 1 && dpse->shape[0] == 0, "dpse must have shape [0] when pse is not given");
-  }
-  if (sink != nullptr) {
-    if ((st = swa::check_out(dsink, "dsink", sdt, OP_DT_FLOAT, {g.heads})) != OP_SUCCESS) return st;
-  } else {
-    OP_CHECK(dsink->ndim == 1 && dsink->shape[0] == 0, "dsink must have shape [0] when sink is not given");
-  }
 
   if (sink != nullptr) sinks_to_doubles(sink, &ex->sink);
   FlashAttnBwdParams& p = ex->params;

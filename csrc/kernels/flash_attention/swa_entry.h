@@ -1,12 +1,13 @@
 // Shared stage-1 code of swa_forward and swa_backward (npu_fusion_attention(_grad) of op-plugin
 // 7.3.0 renamed, sparse_mode 0 / 4 only; SPEC §2, Decision 8): layouts, actual_seq lengths,
-// sparse mode / mask / window, pse, sink, and the params fields they fill. Both ops run on the
-// flash attention engine; nothing here computes. Baseline TUs only.
+// sparse mode / mask / window, pse, sink, and the params fields they fill. The arguments' rules
+// are the registry's, checked before these run (<Kernel>CheckArguments, generated); what is left
+// here is what only the kernel checks (the contents of actual_seq_qlen / actual_seq_kvlen). Both
+// ops run on the flash attention engine; nothing here computes. Baseline TUs only.
 #pragma once
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "kernels/common/scalar_types.h"
@@ -60,28 +61,6 @@ inline std::vector<int64_t> swa_shape(SwaLayout l, int64_t batch, int64_t rows, 
   }
 }
 
-inline opStatus check_shape_vec(const opTensor* t, const char* name, const std::vector<int64_t>& want) {
-  bool ok = t->ndim == static_cast<int>(want.size());
-  for (int d = 0; ok && d < t->ndim; ++d) ok = t->shape[d] == want[d];
-  if (ok) return OP_SUCCESS;
-  std::string got = "[", exp = "[";
-  for (int d = 0; d < t->ndim; ++d) got += (d ? ", " : "") + std::to_string(t->shape[d]);
-  for (size_t d = 0; d < want.size(); ++d) exp += (d ? ", " : "") + std::to_string(want[d]);
-  return fail(OP_ERR_PARAM_INVALID, name, " must have shape ", exp, "], but got ", got, "]");
-}
-
-// An output or side tensor: given dtype(s), exact shape, contiguous, data present unless empty.
-inline opStatus check_out(const opTensor* t, const char* name, opDataType dt, opDataType alt,
-                          const std::vector<int64_t>& shape) {
-  if (t->dtype != dt && t->dtype != alt)
-    return fail(OP_ERR_PARAM_INVALID, name, " must be ", dtype_name(dt), ", but got ", dtype_name(t->dtype));
-  opStatus st = check_shape_vec(t, name, shape);
-  if (st != OP_SUCCESS) return st;
-  if (!is_contiguous(*t)) return fail(OP_ERR_PARAM_INVALID, name, " must be contiguous");
-  if (numel(*t) > 0 && t->data == nullptr) return fail(OP_ERR_PARAM_NULLPTR, name, " data must not be a null pointer");
-  return OP_SUCCESS;
-}
-
 // Everything stage 1 derives from query / key / value / head_num / input_layout / actual_seq_*.
 struct Geometry {
   SwaLayout layout = SwaLayout::kBSND;
@@ -119,46 +98,20 @@ inline opStatus read_actual_seq(const opIntArray* a, const char* name, int64_t t
 inline opStatus make_geometry(const opTensor* query, const opTensor* key, const opTensor* value, int64_t head_num,
                               const char* input_layout, const opIntArray* actual_seq_qlen,
                               const opIntArray* actual_seq_kvlen, Geometry* g) {
-  OP_CHECK(parse_swa_layout(input_layout, &g->layout),
-           "The input_layout should be BSH/SBH/BNSD/BSND/TND(case-insensitive), but got ",
-           input_layout ? input_layout : "(null)");
+  parse_swa_layout(input_layout, &g->layout);
   g->tnd = g->layout == SwaLayout::kTND;
-  OP_CHECK(head_num > 0, "head_num must > 0, but got ", head_num);
   g->dtype = query->dtype;
-  OP_CHECK(is_float_dtype(g->dtype), "query must be float16, bfloat16, float32 or float64, but got ",
-           dtype_name(g->dtype));
-  const int rank = swa_rank(g->layout);
-  const struct { const opTensor* t; const char* name; } ins[] = {{query, "query"}, {key, "key"}, {value, "value"}};
-  for (const auto& in : ins) {
-    OP_CHECK(in.t->dtype == g->dtype, "dtype of ", in.name, " must be the same as query (", dtype_name(g->dtype),
-             "), but got ", dtype_name(in.t->dtype));
-    OP_CHECK(in.t->ndim == rank, in.name, " must be ", rank, "D for input_layout ", input_layout, ", but got ",
-             in.t->ndim, "D");
-    opStatus st = check_tensor(in.t, in.name, g->dtype, rank);
-    if (st != OP_SUCCESS) return st;
-  }
   int64_t D, Nkv, Dv;
   if (g->layout == SwaLayout::kBSH || g->layout == SwaLayout::kSBH) {
-    OP_CHECK(query->shape[2] % head_num == 0, "the hidden size of query (", query->shape[2],
-             ") must be divisible by head_num (", head_num, ")");
     D = query->shape[2] / head_num;
-    OP_CHECK(key->shape[2] % D == 0, "the hidden size of key (", key->shape[2], ") must be a multiple of D (", D, ")");
     Nkv = key->shape[2] / D;
-    OP_CHECK(value->shape[2] % Nkv == 0, "the hidden size of value (", value->shape[2],
-             ") must be a multiple of the key heads (", Nkv, ")");
     Dv = value->shape[2] / Nkv;
   } else {
     const Dims q0 = swa_dims(*query, g->layout, 0, 0), k0 = swa_dims(*key, g->layout, 0, 0);
-    const Dims v0 = swa_dims(*value, g->layout, 0, 0);
-    OP_CHECK(q0.heads == head_num, "head_num (", head_num, ") must equal the N dim of query (", q0.heads, ")");
-    OP_CHECK(v0.heads == k0.heads, "the N dim of value (", v0.heads, ") must equal the N dim of key (", k0.heads, ")");
     D = q0.dim;
-    OP_CHECK(k0.dim == D, "the D dim of key (", k0.dim, ") must equal the D dim of query (", D, ")");
     Nkv = k0.heads;
-    Dv = v0.dim;
+    Dv = swa_dims(*value, g->layout, 0, 0).dim;
   }
-  OP_CHECK(Dv <= D, "the D dim of value (", Dv, ") must not exceed the D dim of query (", D, ")");
-  OP_CHECK(head_num % Nkv == 0, "the N dim of query (", head_num, ") must be divisible by the N dim of key (", Nkv, ")");
   g->heads = head_num;
   g->heads_kv = Nkv;
   g->dim = D;
@@ -166,45 +119,27 @@ inline opStatus make_geometry(const opTensor* query, const opTensor* key, const 
   g->q = swa_dims(*query, g->layout, head_num, D);
   g->k = swa_dims(*key, g->layout, Nkv, D);
   g->v = swa_dims(*value, g->layout, Nkv, Dv);
-  OP_CHECK(g->k.batch == g->q.batch, "the batch of key (", g->k.batch, ") must equal the batch of query (", g->q.batch, ")");
-  OP_CHECK(g->v.batch == g->k.batch && g->v.rows == g->k.rows, "value must match key in batch and sequence dims");
 
   Sequences& s = g->seq;
   int64_t B = g->q.batch;
   if (g->tnd) {
-    OP_CHECK(actual_seq_qlen != nullptr && actual_seq_kvlen != nullptr,
-             "actual_seq_qlen and actual_seq_kvlen must be provided when input_layout is TND");
-    OP_CHECK(actual_seq_qlen->size == actual_seq_kvlen->size && actual_seq_qlen->size > 0,
-             "the size of actual_seq_qlen and actual_seq_kvlen must be the same and cannot be empty.");
     OP_CHECK(actual_seq_qlen->data != nullptr && actual_seq_kvlen->data != nullptr,
              "actual_seq_qlen / actual_seq_kvlen data must not be a null pointer");
     std::vector<int64_t> cq, ckv;
-    opStatus st = read_actual_seq(actual_seq_qlen, "actual_seq_qlen", g->q.rows, &cq);
-    if (st != OP_SUCCESS) return st;
-    if ((st = read_actual_seq(actual_seq_kvlen, "actual_seq_kvlen", g->k.rows, &ckv)) != OP_SUCCESS) return st;
+    OP_TRY(read_actual_seq(actual_seq_qlen, "actual_seq_qlen", g->q.rows, &cq));
+    OP_TRY(read_actual_seq(actual_seq_kvlen, "actual_seq_kvlen", g->k.rows, &ckv));
     OP_CHECK(cq.size() == ckv.size(), "actual_seq_qlen and actual_seq_kvlen must keep the same number of batches (",
              cq.size() - 1, " vs ", ckv.size() - 1, " before their trailing zeros)");
     B = static_cast<int64_t>(cq.size()) - 1;
-    for (int64_t b = 0; b < B; ++b) {
-      s.q_start.push_back(cq[b]);
-      s.kv_start.push_back(ckv[b]);
-      s.rows_q.push_back(cq[b + 1] - cq[b]);
-      s.rows_kv.push_back(ckv[b + 1] - ckv[b]);
-    }
+    start_sequences(B, cq.data(), ckv.data(), 0, 0, &s);
   } else {
-    s.q_start.assign(B, 0);
-    s.kv_start.assign(B, 0);
-    s.rows_q.assign(B, g->q.rows);
-    s.rows_kv.assign(B, g->k.rows);
+    start_sequences(B, nullptr, nullptr, g->q.rows, g->k.rows, &s);
   }
-  s.seqlen_q = s.rows_q;
-  s.seqlen_kv = s.rows_kv;
+  finish_sequences(&s);
   g->batch = B;
   g->elem_start.assign(B, 0);
   int64_t e = 0;
   for (int64_t b = 0; b < B; ++b) {
-    s.max_q = std::max(s.max_q, s.seqlen_q[b]);
-    s.max_kv = std::max(s.max_kv, s.seqlen_kv[b]);
     g->elem_start[b] = e;
     e += head_num * s.seqlen_q[b] * s.seqlen_kv[b];
   }
@@ -223,110 +158,60 @@ struct MaskPlan {
 
 inline int64_t clamp_tokens(int64_t t) { return std::max(-kUnbounded, std::min(kUnbounded, t)); }
 
-inline opStatus resolve_sparse(const Geometry& g, const opTensor* atten_mask, int64_t sparse_mode, int64_t pre,
-                               int64_t next, MaskPlan* m) {
-  // Decision 8: this check runs before every other sparse_mode rule.
-  OP_CHECK(sparse_mode == 0 || sparse_mode == 4, "The sparse_mode value should be 0 or 4, but got ", sparse_mode);
+// The registry checked sparse_mode (0 or 4, first of the sparse rules: Decision 8), the mask's
+// dtype and shape and pre + next >= 0.
+inline void resolve_sparse(const Geometry& g, const opTensor* atten_mask, int64_t sparse_mode, int64_t pre,
+                           int64_t next, MaskPlan* m) {
   const bool forced = g.tnd && g.q.rows > 16 * 1024 && sparse_mode != 4;  // the high-precision kernel
   m->sparse_mode = forced ? 4 : sparse_mode;
-  if (atten_mask == nullptr) return OP_SUCCESS;  // no mask: sparse_mode and pre/next have no effect
-  OP_CHECK(atten_mask->dtype == OP_DT_BOOL || atten_mask->dtype == OP_DT_UINT8 || atten_mask->dtype == OP_DT_INT8,
-           "atten_mask must be bool or uint8, but got ", dtype_name(atten_mask->dtype));
-  OP_CHECK(is_contiguous(*atten_mask), "atten_mask must be contiguous");
-  OP_CHECK(numel(*atten_mask) > 0 && atten_mask->data != nullptr, "atten_mask must not be empty");
-  OP_CHECK(clamp_tokens(pre) + clamp_tokens(next) >= 0, "pre_tockens (", pre, ") + next_tockens (", next, ") must be >= 0: sparse_mode ",
-           m->sparse_mode, " would mask every key (next_tockens < 0 needs pre_tockens >= -next_tockens and the"
-           " reverse)");
+  if (atten_mask == nullptr) return;  // no mask: sparse_mode and pre/next have no effect
   m->left = clamp_tokens(pre);
   m->right = clamp_tokens(next);
-  const opTensor* t = atten_mask;
   if (m->sparse_mode == 4) {
     // bottom-right band; the mask is the device's compressed template, contents ignored. When
     // the TND override turned mode 0 into 4, the caller's full mask is dropped (SPEC §2.7, 3).
     m->align = MaskAlign::kBottomRight;
-    if (!forced)
-      OP_CHECK(t->ndim == 2 && t->shape[0] == 2048 && t->shape[1] == 2048,
-               "atten_mask must be the [2048, 2048] template when sparse_mode is 4, but got a ", t->ndim,
-               "D tensor of ", numel(*t), " elements");
-    return OP_SUCCESS;
+    return;
   }
   // mode 0: the full mask (1 = masked) plus the pre/next band, top-left origin.
+  const opTensor* t = atten_mask;
   m->align = MaskAlign::kTopLeft;
-  const int64_t sq = g.tnd ? g.seq.max_q : g.q.rows, skv = g.tnd ? g.seq.max_kv : g.k.rows;
-  const std::string want = g.tnd ? "[maxSq, maxSkv] = [" + std::to_string(sq) + ", " + std::to_string(skv) + "]"
-                                 : "[B|1, N|1, Sq, Skv] or [Sq, Skv] with Sq = " + std::to_string(sq) +
-                                       ", Skv = " + std::to_string(skv);
-  bool ok = (t->ndim == 2 || (!g.tnd && t->ndim == 4)) && t->shape[t->ndim - 2] == sq && t->shape[t->ndim - 1] == skv;
-  if (ok && t->ndim == 4)
-    ok = (t->shape[0] == g.batch || t->shape[0] == 1) && (t->shape[1] == g.heads || t->shape[1] == 1);
-  if (!ok) {
-    std::string got = "[";
-    for (int d = 0; d < t->ndim; ++d) got += (d ? ", " : "") + std::to_string(t->shape[d]);
-    return fail(OP_ERR_PARAM_INVALID, "atten_mask must have shape ", want, " when sparse_mode is 0, but got ", got, "]");
-  }
   m->full = static_cast<const uint8_t*>(t->data);
   m->row_stride = t->strides[t->ndim - 2];
   if (t->ndim == 4) {
     m->batch_stride = t->shape[0] == 1 ? 0 : t->strides[0];
     m->head_stride = t->shape[1] == 1 ? 0 : t->strides[1];
   }
+}
+
+// TND: the batch count and the longest sequences come from the contents of actual_seq_qlen /
+// actual_seq_kvlen, so only stage 1 can check the shapes that depend on them (the kernel reads
+// pse and the full mask by them): pse [B|1, N|1, maxSq|1, maxSkv], mode 0's mask [maxSq, maxSkv].
+inline opStatus check_tnd_shapes(const Geometry& g, const MaskPlan& m, const opTensor* pse, const opTensor* mask) {
+  const int64_t sq = g.seq.max_q, skv = g.seq.max_kv;
+  if (pse != nullptr && !((pse->shape[0] == 1 || pse->shape[0] == g.batch) && (pse->shape[2] == 1 || pse->shape[2] == sq) &&
+                          pse->shape[3] == skv))
+    return fail(OP_ERR_PARAM_INVALID, "pse must have shape [B or 1, N or 1, maxSq or 1, maxSkv] = [", g.batch, ", ",
+                g.heads, ", ", sq, ", ", skv, "] for these actual_seq_qlen / actual_seq_kvlen, but got [", pse->shape[0],
+                ", ", pse->shape[1], ", ", pse->shape[2], ", ", pse->shape[3], "]");
+  if (m.full != nullptr && !(mask->shape[0] == sq && mask->shape[1] == skv))
+    return fail(OP_ERR_PARAM_INVALID, "atten_mask must have shape [maxSq, maxSkv] = [", sq, ", ", skv,
+                "] for these actual_seq_qlen / actual_seq_kvlen when sparse_mode is 0, but got [", mask->shape[0], ", ",
+                mask->shape[1], "]");
   return OP_SUCCESS;
 }
 
-// pse: [B|1, N|1, Sq|1, Skv] (TND: Sq, Skv = the longest sequences), indexed by local (i, j).
-inline opStatus check_pse(const Geometry& g, const opTensor* pse) {
-  if (pse == nullptr) return OP_SUCCESS;
-  OP_CHECK(is_float_dtype(pse->dtype), "pse must be a floating tensor, but got ", dtype_name(pse->dtype));
-  const int64_t sq = g.tnd ? g.seq.max_q : g.q.rows, skv = g.tnd ? g.seq.max_kv : g.k.rows;
-  const bool ok = pse->ndim == 4 && (pse->shape[0] == g.batch || pse->shape[0] == 1) &&
-                  (pse->shape[1] == g.heads || pse->shape[1] == 1) && (pse->shape[2] == sq || pse->shape[2] == 1) &&
-                  pse->shape[3] == skv;
-  if (!ok) {
-    std::string got = "[";
-    for (int d = 0; d < pse->ndim; ++d) got += (d ? ", " : "") + std::to_string(pse->shape[d]);
-    return fail(OP_ERR_PARAM_INVALID, "pse must have shape [B|1, N|1, Sq|1, Skv] = [", g.batch, "|1, ", g.heads, "|1, ",
-                sq, "|1, ", skv, "], but got ", got, "]");
-  }
-  OP_CHECK(is_contiguous(*pse), "pse must be contiguous");
-  OP_CHECK(pse->data != nullptr, "pse data must not be a null pointer");
+// What stage 1 derives from the shared arguments, once the registry's rules hold: layout,
+// sizes and sequences (checking the contents of actual_seq_qlen / actual_seq_kvlen), then the
+// sparse mode and mask.
+inline opStatus make_call(const opTensor* query, const opTensor* key, const opTensor* value, int64_t head_num,
+                          const char* input_layout, const opTensor* pse, const opTensor* atten_mask, int64_t pre,
+                          int64_t next, const opIntArray* actual_seq_qlen, const opIntArray* actual_seq_kvlen,
+                          int64_t sparse_mode, Geometry* g, MaskPlan* m) {
+  OP_TRY(make_geometry(query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen, g));
+  resolve_sparse(*g, atten_mask, sparse_mode, pre, next, m);
+  if (g->tnd) OP_TRY(check_tnd_shapes(*g, *m, pse, atten_mask));
   return OP_SUCCESS;
-}
-
-inline opStatus check_sink(const Geometry& g, const opTensor* sink) {
-  if (sink == nullptr) return OP_SUCCESS;
-  OP_CHECK(is_float_dtype(sink->dtype), "sink must be a floating tensor, but got ", dtype_name(sink->dtype));
-  OP_CHECK(sink->ndim == 1 && sink->shape[0] == g.heads, "sink must have shape [", g.heads, "] (head_num), but got a ",
-           sink->ndim, "D tensor of ", numel(*sink), " elements");
-  OP_CHECK(sink->data != nullptr, "sink data must not be a null pointer");
-  return OP_SUCCESS;
-}
-
-// Arguments accepted for compatibility and ignored, and the scalar rules both ops share.
-inline opStatus check_common(const Geometry& g, const opTensor* padding_mask, double scale, const char* scale_name,
-                             double keep_prob, const char* softmax_layout) {
-  OP_CHECK(padding_mask == nullptr, "padding_mask is not supported");
-  OP_CHECK(keep_prob > 0.0 && keep_prob <= 1.0, "The keep_prob value must be in range of (0, 1], but got ", keep_prob);
-  OP_CHECK(std::isfinite(scale), scale_name, " must be finite, but got ", scale);
-  const std::string sl = softmax_layout ? softmax_layout : "";
-  OP_CHECK(sl.empty() || sl == "TND", "only supported softmax_layout=TND, but got ", sl);
-  OP_CHECK(sl.empty() || g.tnd, "softmax_layout=TND only supported when input_layout_str=TND");
-  return OP_SUCCESS;
-}
-
-// The input rules both ops share, in one order: layout and shapes, sparse_mode (first of the
-// sparse rules, Decision 8), scalars and ignored arguments, pse, sink.
-inline opStatus check_inputs(const opTensor* query, const opTensor* key, const opTensor* value, int64_t head_num,
-                             const char* input_layout, const opTensor* pse, const opTensor* padding_mask,
-                             const opTensor* atten_mask, double scale, const char* scale_name, double keep_prob,
-                             int64_t pre, int64_t next, const opIntArray* actual_seq_qlen,
-                             const opIntArray* actual_seq_kvlen, int64_t sparse_mode, const char* softmax_layout,
-                             const opTensor* sink, Geometry* g, MaskPlan* m) {
-  opStatus st = make_geometry(query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen, g);
-  if (st != OP_SUCCESS) return st;
-  if ((st = resolve_sparse(*g, atten_mask, sparse_mode, pre, next, m)) != OP_SUCCESS) return st;
-  if ((st = check_common(*g, padding_mask, scale, scale_name, keep_prob, softmax_layout)) != OP_SUCCESS) return st;
-  if ((st = check_pse(*g, pse)) != OP_SUCCESS) return st;
-  return check_sink(*g, sink);
 }
 
 // Compute path and plan for the filled params; numel: elements of q, k, v, attention_in, dy.
@@ -338,44 +223,12 @@ inline bool make_swa_plan(const Geometry& g, const FlashAttnFwdParams& p, bool b
   return make_plan(p, bwd, numel, op_plugin::max_threads(), storage, plan);
 }
 
-// softmax_max / softmax_sum: [B, N, Sq, 8] ([T, N, 8] for TND), float32 (float64 inputs: float64).
-inline std::vector<int64_t> stats_shape(const Geometry& g) {
-  if (g.tnd) return {g.q.rows, g.heads, 8};
-  return {g.batch, g.heads, g.q.rows, 8};
-}
-
-inline opStatus check_stats(const Geometry& g, const opTensor* softmax_max, const opTensor* softmax_sum) {
-  opStatus st = check_out(softmax_max, "softmax_max", g.stats_dtype(), OP_DT_FLOAT, stats_shape(g));
-  if (st != OP_SUCCESS) return st;
-  return check_out(softmax_sum, "softmax_sum", softmax_max->dtype, softmax_max->dtype, stats_shape(g));
-}
-
 // Fills the params fields both ops share. The executor owns g, m and the sink values.
 inline void fill_params(const Geometry& g, const MaskPlan& m, const opTensor* query, const opTensor* key,
                         const opTensor* value, const opTensor* pse, const std::vector<double>* sink, double scale,
                         double keep_prob, uint64_t seed, uint64_t offset, const opTensor* stats_max,
                         const opTensor* stats_sum, FlashAttnFwdParams* p) {
-  p->q = query->data;
-  p->k = key->data;
-  p->v = value->data;
-  p->dtype = g.dtype;
-  p->batch = g.batch;
-  p->heads_q = g.heads;
-  p->heads_kv = g.heads_kv;
-  p->group = g.heads / g.heads_kv;
-  p->head_dim = g.dim;
-  p->head_dim_v = g.dim_v;
-  p->max_seqlen_q = g.seq.max_q;
-  p->max_seqlen_kv = g.seq.max_kv;
-  set_strides(g.q, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
-  set_strides(g.k, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
-  set_strides(g.v, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
-  p->q_start = g.seq.q_start.data();
-  p->kv_start = g.seq.kv_start.data();
-  p->seqlen_q = g.seq.seqlen_q.data();
-  p->seqlen_kv = g.seq.seqlen_kv.data();
-  p->rows_q = g.seq.rows_q.data();
-  p->rows_kv = g.seq.rows_kv.data();
+  fill_operands(*query, *key, *value, g.q, g.k, g.v, g.batch, g.seq, p);
   p->scale = scale;
   p->win_left = m.left;
   p->win_right = m.right;

@@ -51,32 +51,21 @@ opStatus SwaForwardGetWorkspaceSize(const opTensor* query, const opTensor* key, 
   (void)prefix;
   (void)gen_mask_parallel;
   (void)sync;
-  OP_CHECK_NOT_NULL(query);
-  OP_CHECK_NOT_NULL(key);
-  OP_CHECK_NOT_NULL(value);
-  OP_CHECK_NOT_NULL(attention_out);
-  OP_CHECK_NOT_NULL(softmax_max);
-  OP_CHECK_NOT_NULL(softmax_sum);
-  OP_CHECK_NOT_NULL(softmax_out);
-  OP_CHECK_NOT_NULL(seed);
-  OP_CHECK_NOT_NULL(offset);
-  OP_CHECK_NOT_NULL(numels);
   OP_CHECK_NOT_NULL(workspace_size);
   OP_CHECK_NOT_NULL(executor);
   *executor = nullptr;
   *workspace_size = 0;
+  OP_TRY(SwaForwardCheckArguments(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
+                                  keep_prob, pre_tockens, next_tockens, inner_precise, prefix, actual_seq_qlen,
+                                  actual_seq_kvlen, sparse_mode, gen_mask_parallel, sync, softmax_layout, sink,
+                                  rng_seed, rng_offset, attention_out, softmax_max, softmax_sum, softmax_out, seed,
+                                  offset, numels));
 
   auto ex = std::make_unique<SwaForwardExecutor>();
   swa::Geometry& g = ex->geo;
   swa::MaskPlan mask;
-  opStatus st = swa::check_inputs(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
-                                  "scale", keep_prob, pre_tockens, next_tockens, actual_seq_qlen, actual_seq_kvlen,
-                                  sparse_mode, softmax_layout, sink, &g, &mask);
-  if (st != OP_SUCCESS) return st;
-
-  if ((st = swa::check_out(attention_out, "attention_out", g.dtype, g.dtype, g.out_shape())) != OP_SUCCESS) return st;
-  if ((st = swa::check_stats(g, softmax_max, softmax_sum)) != OP_SUCCESS) return st;
-  if ((st = swa::check_out(softmax_out, "softmax_out", g.dtype, g.dtype, {0})) != OP_SUCCESS) return st;
+  OP_TRY(swa::make_call(query, key, value, head_num, input_layout, pse, atten_mask, pre_tockens, next_tockens,
+                        actual_seq_qlen, actual_seq_kvlen, sparse_mode, &g, &mask));
 
   if (sink != nullptr) sinks_to_doubles(sink, &ex->sink);
   FlashAttnFwdParams& p = ex->params;

@@ -1,8 +1,8 @@
-// Fused Floyd attention: the aclnn-style two-stage API. Stage 1 checks the arguments, freezes a
-// plan (FwdPlan/BwdPlan) and sizes the per-thread workspace; stage 2 runs the plan through the
-// ISA build chosen by op_plugin::active_isa() (float64 always runs the portable build).
+// Fused Floyd attention: the aclnn-style two-stage API. Stage 1 checks the arguments (the
+// registry's rules: the generated <Kernel>CheckArguments), freezes a plan (FwdPlan/BwdPlan) and
+// sizes the per-thread workspace; stage 2 runs the plan through the ISA build chosen by
+// op_plugin::active_isa() (float64 always runs the portable build).
 #include <new>
-#include <sstream>
 
 #include "floyd_attention.h"
 #include "op_plugin/op_api.h"
@@ -13,84 +13,11 @@ namespace op_plugin {
 namespace floyd {
 namespace {
 
-bool is_floating(opDataType t) {
-  return t == OP_DT_FLOAT || t == OP_DT_FLOAT16 || t == OP_DT_BF16 || t == OP_DT_DOUBLE;
-}
-
-// Stats dtype for a given input dtype: float32, float64 for float64 inputs (SPEC Decision 2).
-opDataType stats_dtype(opDataType t) { return t == OP_DT_DOUBLE ? OP_DT_DOUBLE : OP_DT_FLOAT; }
-
-struct Dims { int64_t v[5]; };
-
-void append_shape(std::ostringstream& os, const int64_t* s, int n) {
-  os << '[';
-  for (int i = 0; i < n; ++i) os << (i ? ", " : "") << s[i];
-  os << ']';
-}
-
-// Checks rank 5, the exact shape (`letters` names the axes, `origin` says where they come from),
-// the dtype and contiguity of one tensor.
-opStatus check_tensor(const opTensor& t, const char* name, const Dims& want, const char* letters,
-                      const char* origin, opDataType dtype, const char* dtype_rule) {
-  if (t.ndim != 5) return fail(OP_ERR_PARAM_INVALID, name, " must be 5D ", letters, ", but got ", t.ndim, "D");
-  for (int i = 0; i < 5; ++i)
-    if (t.shape[i] != want.v[i]) {
-      std::ostringstream os;
-      os << name << " must have shape " << letters << " = ";
-      append_shape(os, want.v, 5);
-      os << " (" << origin << "), but got ";
-      append_shape(os, t.shape, 5);
-      return fail_message(OP_ERR_PARAM_INVALID, os.str().c_str());
-    }
-  if (t.dtype != dtype)
-    return fail(OP_ERR_PARAM_INVALID, "dtype of ", name, " must be ", dtype_name(dtype), " (", dtype_rule,
-                "), but got ", dtype_name(t.dtype));
-  if (!is_contiguous(t)) return fail(OP_ERR_PARAM_INVALID, name, " must be contiguous");
-  if (numel(t) > 0 && t.data == nullptr)
-    return fail(OP_ERR_PARAM_NULLPTR, name, " has ", numel(t), " elements but a null data pointer");
-  return OP_SUCCESS;
-}
-
-#define FLOYD_TRY(expr)                  \
-  do {                                   \
-    const opStatus floyd_status_ = (expr); \
-    if (floyd_status_ != OP_SUCCESS) return floyd_status_; \
-  } while (0)
-
-// Sizes from query_ik [B,H,N,M,D] and key_ij [B,H,N,K,D]; validates both, the values and key_jk /
-// value_jk [B,H,K,M,D], and the optional mask [B,1,N,1,K].
+// Sizes from query_ik [B,H,N,M,D] and key_ij [B,H,N,K,D], once CheckArguments accepted them.
 struct Sizes { int64_t B, H, N, M, K, D; };
 
-opStatus check_inputs(const opTensor* q, const opTensor* k1, const opTensor* v1, const opTensor* k2,
-                      const opTensor* v2, const opTensor* mask, Sizes* sz) {
-  if (q->ndim != 5)
-    return fail(OP_ERR_PARAM_INVALID, "query_ik must be 5D [B,H,N,M,D], but got ", q->ndim, "D");
-  if (!is_floating(q->dtype))
-    return fail(OP_ERR_PARAM_INVALID, "dtype of query_ik must be float16, bfloat16, float32 or float64, but got ",
-                dtype_name(q->dtype));
-  for (int i = 0; i < 5; ++i)
-    if (q->shape[i] < 0) return fail(OP_ERR_PARAM_INVALID, "query_ik has a negative size at dim ", i);
-  if (k1->ndim != 5)
-    return fail(OP_ERR_PARAM_INVALID, "key_ij must be 5D [B,H,N,K,D], but got ", k1->ndim, "D");
-  if (k1->shape[3] < 0) return fail(OP_ERR_PARAM_INVALID, "key_ij has a negative size at dim 3");
-  const int64_t B = q->shape[0], H = q->shape[1], N = q->shape[2], M = q->shape[3], D = q->shape[4];
-  const int64_t K = k1->shape[3];
-  *sz = Sizes{B, H, N, M, K, D};
-  const opDataType dt = q->dtype;
-  const char* same = "the same as query_ik";
-  FLOYD_TRY(check_tensor(*k1, "key_ij", Dims{{B, H, N, K, D}}, "[B,H,N,K,D]",
-                         "B,H,N,D from query_ik, K = key_ij.size(3)", dt, same));
-  FLOYD_TRY(check_tensor(*v1, "value_ij", Dims{{B, H, N, K, D}}, "[B,H,N,K,D]", "same shape as key_ij", dt, same));
-  FLOYD_TRY(check_tensor(*k2, "key_jk", Dims{{B, H, K, M, D}}, "[B,H,K,M,D]",
-                         "B,H,M,D from query_ik, K from key_ij", dt, same));
-  FLOYD_TRY(check_tensor(*v2, "value_jk", Dims{{B, H, K, M, D}}, "[B,H,K,M,D]", "same shape as key_jk", dt, same));
-  FLOYD_TRY(check_tensor(*q, "query_ik", Dims{{B, H, N, M, D}}, "[B,H,N,M,D]", "itself", dt, same));
-  if (mask != nullptr) {
-    const opDataType mt = mask->dtype == OP_DT_UINT8 ? OP_DT_UINT8 : OP_DT_BOOL;
-    FLOYD_TRY(check_tensor(*mask, "atten_mask", Dims{{B, 1, N, 1, K}}, "[B,1,N,1,K]",
-                           "B,N from query_ik, K from key_ij", mt, "bool or uint8"));
-  }
-  return OP_SUCCESS;
+Sizes sizes_of(const opTensor& q, const opTensor& k1) {
+  return Sizes{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k1.shape[3], q.shape[4]};
 }
 
 // Reserves the shared region and one scratch slot per thread the backend may run.
@@ -117,7 +44,7 @@ class FwdExecutor final : public opExecutor {
   uint64_t workspace_size() const override { return bytes_; }
   opStatus execute(void* workspace) override {
     if (bytes_ == 0) return OP_SUCCESS;  // nothing to compute
-    FLOYD_TRY(check_threads(op_name(), plan_.threads));
+    OP_TRY(check_threads(op_name(), plan_.threads));
     const Isa isa = active_isa();
     if (plan_.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) baseline::forward(plan_, workspace);
     else if (isa == Isa::kAvx2) avx2::forward(plan_, workspace);
@@ -137,7 +64,7 @@ class BwdExecutor final : public opExecutor {
   uint64_t workspace_size() const override { return bytes_; }
   opStatus execute(void* workspace) override {
     if (bytes_ == 0) return OP_SUCCESS;
-    FLOYD_TRY(check_threads(op_name(), plan_.threads));
+    OP_TRY(check_threads(op_name(), plan_.threads));
     const Isa isa = active_isa();
     if (plan_.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) baseline::backward(plan_, workspace);
     else if (isa == Isa::kAvx2) avx2::backward(plan_, workspace);
@@ -167,24 +94,10 @@ opStatus FusedFloydAttentionGetWorkspaceSize(const opTensor* query_ik, const opT
   OP_CHECK_NOT_NULL(executor);
   *executor = nullptr;
   *workspace_size = 0;
-  OP_CHECK_NOT_NULL(query_ik);
-  OP_CHECK_NOT_NULL(key_ij);
-  OP_CHECK_NOT_NULL(value_ij);
-  OP_CHECK_NOT_NULL(key_jk);
-  OP_CHECK_NOT_NULL(value_jk);
-  OP_CHECK_NOT_NULL(softmax_max);
-  OP_CHECK_NOT_NULL(softmax_sum);
-  OP_CHECK_NOT_NULL(attention_out);
-  Sizes s{};
-  FLOYD_TRY(check_inputs(query_ik, key_ij, value_ij, key_jk, value_jk, atten_mask, &s));
-  const opDataType dt = query_ik->dtype, st = stats_dtype(dt);
-  const char* stats_rule = dt == OP_DT_DOUBLE ? "float64 for float64 inputs" : "float32 statistics";
-  FLOYD_TRY(check_tensor(*softmax_max, "softmax_max", Dims{{s.B, s.H, s.N, s.M, 8}}, "[B,H,N,M,8]",
-                         "from query_ik", st, stats_rule));
-  FLOYD_TRY(check_tensor(*softmax_sum, "softmax_sum", Dims{{s.B, s.H, s.N, s.M, 8}}, "[B,H,N,M,8]",
-                         "from query_ik", st, stats_rule));
-  FLOYD_TRY(check_tensor(*attention_out, "attention_out", Dims{{s.B, s.H, s.N, s.M, s.D}}, "[B,H,N,M,D]",
-                         "same shape as query_ik", dt, "the same as query_ik"));
+  OP_TRY(FusedFloydAttentionCheckArguments(query_ik, key_ij, value_ij, key_jk, value_jk, atten_mask, scale_value,
+                                           softmax_max, softmax_sum, attention_out));
+  const Sizes s = sizes_of(*query_ik, *key_ij);
+  const opDataType dt = query_ik->dtype;
   FwdPlan plan{};
   plan.dtype = dt;
   plan.B = s.B; plan.H = s.H; plan.N = s.N; plan.M = s.M; plan.K = s.K; plan.D = s.D;
@@ -221,36 +134,11 @@ opStatus FusedFloydAttentionGradGetWorkspaceSize(
   OP_CHECK_NOT_NULL(executor);
   *executor = nullptr;
   *workspace_size = 0;
-  OP_CHECK_NOT_NULL(grad_output);
-  OP_CHECK_NOT_NULL(query_ik);
-  OP_CHECK_NOT_NULL(key_ij);
-  OP_CHECK_NOT_NULL(value_ij);
-  OP_CHECK_NOT_NULL(key_jk);
-  OP_CHECK_NOT_NULL(value_jk);
-  OP_CHECK_NOT_NULL(attention_out);
-  OP_CHECK_NOT_NULL(softmax_max);
-  OP_CHECK_NOT_NULL(softmax_sum);
-  OP_CHECK_NOT_NULL(dq);
-  OP_CHECK_NOT_NULL(dk1);
-  OP_CHECK_NOT_NULL(dv1);
-  OP_CHECK_NOT_NULL(dk2);
-  OP_CHECK_NOT_NULL(dv2);
-  Sizes s{};
-  FLOYD_TRY(check_inputs(query_ik, key_ij, value_ij, key_jk, value_jk, atten_mask, &s));
-  const opDataType dt = query_ik->dtype, st = stats_dtype(dt);
-  const char* same = "the same as query_ik";
-  const char* stats_rule = dt == OP_DT_DOUBLE ? "float64 for float64 inputs" : "float32 statistics";
-  const Dims qd{{s.B, s.H, s.N, s.M, s.D}}, k1d{{s.B, s.H, s.N, s.K, s.D}}, k2d{{s.B, s.H, s.K, s.M, s.D}};
-  const Dims sd{{s.B, s.H, s.N, s.M, 8}};
-  FLOYD_TRY(check_tensor(*grad_output, "grad_output", qd, "[B,H,N,M,D]", "same shape as query_ik", dt, same));
-  FLOYD_TRY(check_tensor(*attention_out, "attention_out", qd, "[B,H,N,M,D]", "same shape as query_ik", dt, same));
-  FLOYD_TRY(check_tensor(*softmax_max, "softmax_max", sd, "[B,H,N,M,8]", "from query_ik", st, stats_rule));
-  FLOYD_TRY(check_tensor(*softmax_sum, "softmax_sum", sd, "[B,H,N,M,8]", "same shape as softmax_max", st, stats_rule));
-  FLOYD_TRY(check_tensor(*dq, "dq", qd, "[B,H,N,M,D]", "same shape as query_ik", dt, same));
-  FLOYD_TRY(check_tensor(*dk1, "dk1", k1d, "[B,H,N,K,D]", "same shape as key_ij", dt, same));
-  FLOYD_TRY(check_tensor(*dv1, "dv1", k1d, "[B,H,N,K,D]", "same shape as value_ij", dt, same));
-  FLOYD_TRY(check_tensor(*dk2, "dk2", k2d, "[B,H,K,M,D]", "same shape as key_jk", dt, same));
-  FLOYD_TRY(check_tensor(*dv2, "dv2", k2d, "[B,H,K,M,D]", "same shape as value_jk", dt, same));
+  OP_TRY(FusedFloydAttentionGradCheckArguments(grad_output, query_ik, key_ij, value_ij, key_jk, value_jk,
+                                               attention_out, softmax_max, softmax_sum, atten_mask, scale_value, dq,
+                                               dk1, dv1, dk2, dv2));
+  const Sizes s = sizes_of(*query_ik, *key_ij);
+  const opDataType dt = query_ik->dtype;
   BwdPlan plan{};
   plan.dtype = dt;
   plan.B = s.B; plan.H = s.H; plan.N = s.N; plan.M = s.M; plan.K = s.K; plan.D = s.D;

@@ -4,7 +4,7 @@
 
 TORCH_LIBRARY(op_plugin, m) {
   // autograd.yaml:4
-  m.def("toy_attn(Tensor q, Tensor k, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)");
+  m.def("toy_attn(Tensor q, Tensor k, *, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)");
   // autograd.yaml:23
   m.def("toy_attn_grad(Tensor grad_out, Tensor q, Tensor k, Tensor out, Tensor softmax_lse, Tensor? mask=None, float scale=1.0, bool deterministic=True) -> (Tensor grad_q, Tensor grad_k)");
   // autograd.yaml:33

@@ -14,7 +14,7 @@ from op_plugin._runtime import _fmt, _same_device, _stats_dtype, _upper, _varlen
 
 # autograd.yaml:4
 @torch.library.register_fake("op_plugin::toy_attn")
-def _toy_attn_fake(q: Tensor, k: Tensor, mask: Optional[Tensor] = None, scale: float = 1.0):
+def _toy_attn_fake(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: float = 1.0):
     _same_device("toy_attn", q=q, k=k, mask=mask)
     torch._check(q.dim() == 2 and k.dim() == 2 and (q.size(1) == k.size(1)), lambda: 'toy_attn: ' + 'q and k must be [S, D] with one D, but got ' + _fmt(q.shape) + ' and ' + _fmt(k.shape))
     torch._check(mask is None or mask.dim() == 2, lambda: 'toy_attn: ' + 'mask must be 2D, but got ' + _fmt(mask.dim()) + 'D')

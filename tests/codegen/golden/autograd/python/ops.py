@@ -25,7 +25,7 @@ def toy_attn(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: floa
 
     Registry: autograd.yaml:4
     """
-    out, lse, = torch.ops.op_plugin.toy_attn(q, k, mask, scale)
+    out, lse, = torch.ops.op_plugin.toy_attn(q, k, mask=mask, scale=scale)
     return out
 
 

@@ -36,7 +36,7 @@ MaskedMixCall plan_masked_mix(const at::Tensor & x, const ::std::optional<at::Te
   const int64_t HALF = ((H / 2) + (H % 2));
   TORCH_CHECK((!bias.has_value() || ((op_plugin::value_of(bias, "bias").dim() == 1) && (op_plugin::value_of(bias, "bias").size(0) == H))), "masked_mix: ", "bias must be [H] = [", op_plugin::fmt(H), "], but got ", op_plugin::fmt(op_plugin::value_of(bias, "bias").sizes()));
   if (sizes.has_value()) TORCH_CHECK((static_cast<int64_t>(op_plugin::value_of(sizes, "sizes").size()) == 2), "masked_mix: ", "sizes must have 2 entries, but got ", op_plugin::fmt(static_cast<int64_t>(op_plugin::value_of(sizes, "sizes").size())));
-  if (flag && !(S >= 8)) TORCH_WARN("masked_mix: ", "S = ", op_plugin::fmt(S), " is shorter than one tile: flag has no effect");
+  // warns in stage 1: MaskedMixCheckArguments
   TORCH_CHECK((!window.has_value() || ((op_plugin::value_of(window, "window") >= 1) && !((op_plugin::value_of(window, "window") > W)))), "masked_mix: ", "window must be in [1, ", op_plugin::fmt(W), "], but got ", op_plugin::fmt(op_plugin::value_of(window, "window")));
   TORCH_CHECK((op_plugin::upper(layout) == "BSND" || op_plugin::upper(layout) == "BNSD" || op_plugin::upper(layout) == "TND"), "masked_mix: ", "layout must be one of BSND, BNSD, TND, but got ", op_plugin::fmt(layout));
   TORCH_CHECK((layout_out == layout), "masked_mix: ", "layout_out must equal layout (", op_plugin::fmt(layout), "), but got ", op_plugin::fmt(layout_out));

@@ -1,0 +1,157 @@
+"""Per-call overhead (issue 14): decode-size calls of every op, against PyTorch's comparable call.
+
+A decode step calls each op on one token, where the work is tiny and the call's fixed cost (the
+Python entry, the dispatcher, the Autograd kernel, the binding's checks and allocations, stage 1's
+plan, the kernel's thread dispatch) is what a model pays per layer. Each row times one call,
+with inputs that require grad (the Autograd kernel saves for backward), and one forward+backward,
+as the best over 5 runs of the mean of many calls (the issue's method: medians of single calls
+of microseconds are timer noise).
+
+Baselines, measured in the same run: torch SDPA on the same (B, N, S, D) for flash_attn and
+swa_forward (targets: <= 2x SDPA); the composite PyTorch reference (op_plugin.reference) for the
+others (target: <= 20 us a call, whatever the reference takes).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+import op_plugin
+from op_plugin import reference
+
+B, SQ, SKV, N, D = 1, 1, 16, 8, 64  # one query token against a 16-token cache, 8 heads of 64
+
+
+def per_call_seconds(fn: Callable[[], object], calls: int = 2000, runs: int = 5) -> float:
+    for _ in range(min(calls, 200)):
+        fn()
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def _leaf(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape).requires_grad_(True)
+
+
+def _backward(out: torch.Tensor, *leaves: torch.Tensor) -> None:
+    torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+
+def cases() -> list[tuple[str, Callable[[], object], Callable[[], object], Callable[[], object], Callable[[], object],
+                          str]]:
+    """(workload, ours forward, ours forward+backward, baseline forward, baseline fwd+bwd, baseline name)."""
+    # flash_attn BSND and SDPA on the same tensors viewed as [B, N, S, D].
+    q, k, v = _leaf(B, SQ, N, D), _leaf(B, SKV, N, D), _leaf(B, SKV, N, D)
+    qs, ks, vs = (_leaf(B, N, s, D) for s in (SQ, SKV, SKV))
+    scale = D ** -0.5
+
+    def fa() -> torch.Tensor:
+        return op_plugin.flash_attn(q, k, v, softmax_scale=scale)[0]
+
+    def sdpa() -> torch.Tensor:
+        return F.scaled_dot_product_attention(qs, ks, vs)
+
+    # swa_forward BNSD, no mask (the whole matrix), against the same SDPA call.
+    sq, sk, sv = (_leaf(B, N, s, D) for s in (SQ, SKV, SKV))
+
+    def swa() -> torch.Tensor:
+        return op_plugin.swa_forward(sq, sk, sv, N, "BNSD", scale=scale)[0]
+
+    # block_attention_residuals: one token, 8 blocks of hidden size 1024.
+    T, NB, H = 1, 8, 1024
+    pb, br, pw, nw = _leaf(T, H), _leaf(T, NB, H), _leaf(H), torch.ones(H).requires_grad_(True)
+
+    def bar() -> torch.Tensor:
+        return op_plugin.block_attention_residuals(pb, br, pw, nw)
+
+    def bar_ref() -> torch.Tensor:
+        return reference.block_attention_residuals(pb, br, pw, nw)[0]
+
+    # fused_floyd_attention: the smallest pair map, one head, 16 x 16 pairs over 16 keys of 16.
+    fq = _leaf(1, 1, 16, 16, 16)
+    fk1, fv1, fk2, fv2 = _leaf(1, 1, 16, 16, 16), _leaf(1, 1, 16, 16, 16), _leaf(1, 1, 16, 16, 16), _leaf(1, 1, 16, 16, 16)
+
+    def floyd() -> torch.Tensor:
+        return op_plugin.fused_floyd_attention(fq, fk1, fv1, fk2, fv2, scale_value=0.25)[2]
+
+    def floyd_ref() -> torch.Tensor:
+        return reference.fused_floyd_attention(fq, fk1, fv1, fk2, fv2, scale_value=0.25)
+
+    def metadata() -> torch.Tensor:
+        return op_plugin.flash_attn_metadata(N, N, D, batch_size=B)
+
+    def metadata_ref() -> torch.Tensor:
+        return torch.zeros(((108 * B * N + 1) * 16 + 4095) // 4096 * 4096, dtype=torch.int32)
+
+    return [
+        (f"flash_attn BSND B={B} Sq={SQ} Skv={SKV} N={N} D={D}", fa, lambda: _backward(fa(), q, k, v),
+         sdpa, lambda: _backward(sdpa(), qs, ks, vs), "SDPA"),
+        (f"swa_forward BNSD B={B} Sq={SQ} Skv={SKV} N={N} D={D}", swa, lambda: _backward(swa(), sq, sk, sv),
+         sdpa, lambda: _backward(sdpa(), qs, ks, vs), "SDPA"),
+        (f"block_attention_residuals T={T} N={NB} H={H}", bar, lambda: _backward(bar(), pb, br, pw, nw),
+         bar_ref, lambda: _backward(bar_ref(), pb, br, pw, nw), "composite"),
+        ("fused_floyd_attention B=1 H=1 N=M=K=16 D=16", floyd, lambda: _backward(floyd(), fq, fk1, fv1, fk2, fv2),
+         floyd_ref, lambda: _backward(floyd_ref(), fq, fk1, fv1, fk2, fv2), "composite"),
+        (f"flash_attn_metadata B={B} N2={N}", metadata, None, metadata_ref, None, "torch.zeros"),
+    ]
+
+
+def train_step_row(quick: bool = False) -> dict[str, object]:
+    """One training step of the Block-AttnRes model at S=256, where the per-call cost of the ops
+    (2 attention and 2 block-residual calls a layer, each forward and backward) is a visible share."""
+    from op_plugin.models import ModelConfig, train
+
+    from common import median_seconds
+
+    cfg = ModelConfig(d_model=256, n_heads=4, n_kv_heads=2, head_dim=64, mlp_hidden=768,
+                      layers=("window", "window", "window", "causal"), window=128, layers_per_block=2)
+    S = 256
+    tc = train.TrainConfig(batch=1, seq_len=S)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (1, S), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (1, S), generator=g)
+    times = {}
+    for impl in train.IMPLS:
+        model = train.make_model(impl, cfg, 0, torch.float32)
+        opt = train.make_optimizer(model, tc)
+        times[impl] = median_seconds(lambda m=model, o=opt: train.train_step(m, o, x, y, 1e-4, tc.clip),
+                                     repeat=5 if quick else 21, warmup=3)
+    return {"workload": f"train step S={S} d=256 GQA 4:2 W=128 vs plain PyTorch", "dtype": "float32",
+            "op_plugin_s": times["op_plugin"], "pytorch_s": times["reference"],
+            "speedup": times["reference"] / times["op_plugin"],
+            "throughput": f"{times['op_plugin'] * 1e3:.2f} ms vs {times['reference'] * 1e3:.2f} ms a step",
+            "peak_extra_mb": "-"}
+
+
+def run(quick: bool = False) -> list[dict[str, object]]:
+    calls = 200 if quick else 2000
+    rows = []
+    for workload, ours, ours_bwd, theirs, theirs_bwd, baseline in cases():
+        for what, a, b in (("forward", ours, theirs), ("forward+backward", ours_bwd, theirs_bwd)):
+            if a is None:
+                continue
+            mine, base = per_call_seconds(a, calls), per_call_seconds(b, calls)
+            rows.append({"workload": f"{workload} {what}", "dtype": "float32", "op_plugin_s": mine,
+                         "pytorch_s": base, "speedup": base / mine,
+                         "throughput": f"{mine * 1e6:.1f} us vs {baseline} {base * 1e6:.1f} us a call",
+                         "peak_extra_mb": "-"})
+    rows.append(train_step_row(quick))
+    return rows
+
+
+if __name__ == "__main__":
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ISA {op_plugin.isa_level()}")
+    for row in run():
+        print(f"{row['workload']:70} {row['throughput']}  ({row['speedup']:.2f}x)")
