@@ -431,6 +431,13 @@ static std::vector<Case> cases() {
   { Case c; c.layout = "TND"; c.lq = {30, 65, 0}; c.lkv = {30, 65, 10}; c.mode = 4; c.wl = 9; c.wr = 4; c.sinks = true; add(c); }
   { Case c; c.layout = "TND"; c.lq = {40, 50}; c.lkv = {60, 20}; c.used_q = {30, 60}; c.used_kv = {60, 5}; c.D = 48; c.Dv = 16; add(c); }
   { Case c; c.layout = "TND"; c.lq = {150}; c.lkv = {150}; c.N1 = 2; c.N2 = 1; c.D = 64; c.Dv = 64; c.mode = 3; add(c); }
+  // few query rows (decode): the row kernels of flash_attention_small.h, every feature
+  { Case c; c.S1 = 1; c.S2 = 37; c.N1 = 4; c.N2 = 2; add(c); }
+  { Case c; c.S1 = 2; c.S2 = 200; c.mode = 4; c.wl = 30; c.wr = 0; c.D = 64; c.Dv = 48; add(c); }
+  { Case c; c.S1 = 4; c.S2 = 4; c.mode = 3; c.sinks = true; add(c); }
+  { Case c; c.B = 3; c.S1 = 3; c.S2 = 50; c.used_q = {3, 0, 1}; c.used_kv = {50, 20, 0}; c.mode = 3; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {1, 0, 4, 2}; c.lkv = {7, 3, 64, 0}; c.N1 = 4; c.N2 = 1; c.mode = 4; c.wl = 5; c.wr = 2; add(c); }
+  { Case c; c.layout = "BNSD"; c.S1 = 1; c.S2 = 130; c.N1 = 2; c.N2 = 2; c.D = 128; c.Dv = 128; c.sinks = true; add(c); }
   // production head dims
   { Case c; c.N1 = 2; c.N2 = 2; c.D = 128; c.Dv = 128; c.S1 = 70; c.S2 = 100; c.mode = 3; add(c); }
   { Case c; c.N1 = 2; c.N2 = 1; c.D = 256; c.Dv = 256; c.S1 = 33; c.S2 = 40; c.mode = 4; c.wl = 12; c.wr = 3; add(c); }

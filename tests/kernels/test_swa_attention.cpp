@@ -591,6 +591,10 @@ static std::vector<Case> cases() {
   { Case c; c.layout = "TND"; c.lq = {30, 65, 12}; c.lkv = {30, 65, 20}; c.trailing_zeros = 2; c.mask = kSS; c.pre = 9; c.next = 4; c.sink = true; add(c); }
   { Case c; c.layout = "TND"; c.lq = {40, 50}; c.lkv = {60, 20}; c.D = 48; c.Dv = 16; c.pse = true; c.pse_b1 = true; c.mode = 4; c.mask = kTemplate; c.pre = 15; c.next = -3; add(c); }
   { Case c; c.layout = "TND"; c.lq = {96, 33}; c.lkv = {95, 70}; c.pse = true; c.trailing_zeros = 1; add(c); }
+  // few query rows (decode): the row kernels, with a full mask, pse, sink, dropout, TND
+  { Case c; c.B = 2; c.N1 = 4; c.N2 = 2; c.S1 = 1; c.S2 = 60; c.mask = kBNSS; c.pse = true; add(c); }
+  { Case c; c.S1 = 3; c.S2 = 90; c.mode = 4; c.mask = kTemplate; c.pre = 20; c.next = 0; c.sink = true; c.keep_prob = 0.8; c.seed = 3; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {1, 4, 0}; c.lkv = {40, 30, 9}; c.mask = kSS; c.pre = 6; c.next = 1; c.pse = true; c.pse_b1 = true; add(c); }
   // dropout (forward and backward against the reference fed the regenerated mask)
   { Case c; c.layout = "BNSD"; c.B = 2; c.S1 = 70; c.S2 = 100; c.keep_prob = 0.7; c.seed = 11; c.offset = 3; add(c); }
   { Case c; c.S1 = 97; c.S2 = 97; c.mode = 4; c.mask = kTemplate; c.pre = 30; c.next = 0; c.keep_prob = 0.9; c.seed = 5; c.sink = true; add(c); }

@@ -297,7 +297,7 @@ struct AmxBackward {
           OP_PROFILE_SCOPE(kSoftmax);
           if constexpr ((kFeat & kFeatBias) != 0)
             build_bias<float>(p, b, n, i0, imin(nq, sq - i0), j0, nc, c2, bias, mt, Br);
-          elementwise<kFeat>(p, w, qd, i0, nq, j0, nc, ncp, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, dsp, Bc, bias,
+          elementwise<kFeat>(w, qd, i0, nq, j0, nc, ncp, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, dsp, Bc, bias,
                              Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
         }
         {
@@ -351,7 +351,7 @@ struct AmxBackward {
   // Delta) (dropout: P Z / keep_prob feeds dV, dP Z / keep_prob feeds dS). Written as bf16 rows
   // pt, dst (A layout) and as key-pair panels dsp (B layout of dQ^T); key rows [nc, ncp) are zero.
   template <int kFeat>
-  static void elementwise(const FlashAttnBwdParams& p, const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq,
+  static void elementwise(const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq,
                           int64_t j0, int64_t nc, int64_t ncp, int64_t sq, float c2, float sc_out, const float* st,
                           float* dpt, int64_t ldS, uint16_t* pt, uint16_t* dst, int64_t ldA, uint16_t* dsp,
                           int64_t Bc, const float* bias, int64_t ldb, float* dpse, int64_t dpse_cols, uint64_t e_head,

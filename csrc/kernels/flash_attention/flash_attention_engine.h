@@ -8,6 +8,7 @@
 //   flash_attention_staging.h       head-major copies of strided or converted inputs
 //   flash_attention_forward.h       forward tile loop (vector dataflow)
 //   flash_attention_backward.h      backward tile loop (vector dataflow)
+//   flash_attention_small.h         row kernels for few query rows (decode), every dtype
 //   flash_attention_amx_forward.h   forward tile loop (AMX-BF16 dataflow; AVX512_BF16 TU only)
 //   flash_attention_amx_backward.h  backward tile loop (AMX-BF16 dataflow; AVX512_BF16 TU only)
 // Tile sizes: flash_attention_params.h.
@@ -21,6 +22,7 @@
 #include "kernels/flash_attention/flash_attention_backward.h"
 #include "kernels/flash_attention/flash_attention_common.h"
 #include "kernels/flash_attention/flash_attention_forward.h"
+#include "kernels/flash_attention/flash_attention_small.h"
 #include "kernels/flash_attention/flash_attention_staging.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
@@ -62,11 +64,17 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
     else
       stage_inputs<uint16_t>(p0, nullptr, nullptr, plan, ws, &p, &unused, &unused);
   }
-  if (plan.compute == flash::Compute::kBf16Pairs) stage_vpairs(p, plan, ws);
+  if (plan.compute == flash::Compute::kBf16Pairs && !plan.small) stage_vpairs(p, plan, ws);
   p.out = p0.out;
   p.o_batch_stride = p0.o_batch_stride;
   p.o_row_stride = p0.o_row_stride;
   p.o_head_stride = p0.o_head_stride;
+  if (plan.small) {
+    if (plan.compute == flash::Compute::kF64)
+      run_small_forward<OpsF64>(p, plan, ws, out_kind);
+    else
+      run_small_forward<OpsF32>(p, plan, ws, out_kind);
+  } else
 #if defined(__AVX512BF16__)
   if (plan.compute == flash::Compute::kBf16Amx) {
     {
@@ -128,6 +136,12 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
       std::memset(base + r0 * row_bytes, 0, static_cast<size_t>(r1 - r0) * row_bytes);
     });
   }
+  if (plan.small) {
+    if (plan.compute == flash::Compute::kF64)
+      run_small_backward<OpsF64>(p, plan, out_kind, ws);
+    else
+      run_small_backward<OpsF32>(p, plan, out_kind, ws);
+  } else
 #if defined(__AVX512BF16__)
   if (plan.compute == flash::Compute::kBf16Amx) {
     {

@@ -53,8 +53,57 @@ int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64
 
 }  // namespace
 
+// Few query rows: tasks (b, n, row) forward and (b, kv head) backward, nothing staged, no
+// partials; the row scratch (and the backward's dK | dV accumulators) per slot.
+bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, PlanStorage* storage, Plan* plan) {
+  plan->small = true;
+  plan->stage_convert = false;
+  plan->stage_mask = 0;
+  plan->bwd_chunks = 1;
+  plan->vpair_rows = plan->panel_rows = plan->bkv_rows = plan->bq_rows = plan->dq_rows = plan->partial_rows = 0;
+  std::vector<Task>* tasks = &storage->tasks;
+  tasks->clear();
+  int64_t work = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const RowWindow w = row_window(p, sq, skv);
+    int64_t pairs = 0;
+    for (int64_t i = 0; i < sq; ++i) pairs += std::max<int64_t>(0, w.hi(i) - w.lo(i) + 1);
+    work += pairs * p.heads_q * (p.head_dim + p.head_dim_v) * (bwd ? 3 : 1);
+    if (!bwd) {
+      for (int64_t n = 0; n < p.heads_q; ++n)
+        for (int64_t i = 0; i < sq; ++i)
+          tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), i, 1 + w.hi(i) - w.lo(i)});
+    } else if (p.rows_q[b] > 0 || p.rows_kv[b] > 0) {
+      for (int64_t h = 0; h < p.heads_kv; ++h)
+        tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), 0, 1 + pairs * p.group + p.rows_kv[b]});
+    }
+  }
+  std::stable_sort(tasks->begin(), tasks->end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
+  plan->tasks = tasks->data();
+  plan->num_tasks = static_cast<int64_t>(tasks->size());
+  const int64_t share = work < kSmallSerialWork ? 1 : threads;
+  plan->slots = std::max<int64_t>(1, std::min<int64_t>(share, plan->num_tasks));
+  const int64_t ss = plan->compute == Compute::kF64 ? 8 : 4;
+  int64_t slot = small_rows_bytes(p.head_dim, p.head_dim_v, p.max_seqlen_kv, ss);
+  if (bwd) slot += (p.max_seqlen_kv * (pad16(p.head_dim) + pad16(p.head_dim_v)) * ss + 63) / 64 * 64;
+  WorkspaceLayout layout;
+  plan->slot_bytes = static_cast<uint64_t>(slot);
+  plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
+  plan->dpse_rows = plan->dpse_cols = 0;
+  if (bwd && static_cast<const FlashAttnBwdParams&>(p).want_dpse) {
+    plan->dpse_rows = p.max_seqlen_q;
+    plan->dpse_cols = p.max_seqlen_kv;
+    plan->dpse_offset = layout.reserve(static_cast<uint64_t>(p.batch * p.heads_q * plan->dpse_rows * plan->dpse_cols * ss));
+  }
+  plan->workspace_bytes = layout.size() + WorkspaceLayout::kAlignment;
+  return true;
+}
+
 bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads, PlanStorage* storage,
                Plan* plan) {
+  if (p.max_seqlen_q <= kSmallRowsQ) return make_small_plan(p, bwd, threads, storage, plan);
+  plan->small = false;
   // bf16 on a CPU with AMX: the tile dataflow, unless the query side is too short to fill a
   // tile (decode), where the vector kernels (keys read in place) cost less.
   if (plan->compute == Compute::kBf16Pairs && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ)

@@ -51,8 +51,22 @@ struct Task {
   int64_t cost;  // tiles visited; tasks run longest first (LPT) from a shared queue
 };
 
+// Few query rows (flash_attention_small.h): at most kSmallRowsQ rows in every sequence run row
+// by row, without tiles; below kSmallSerialWork multiply-adds the call stays on one thread.
+constexpr int64_t kSmallRowsQ = 4;
+constexpr int64_t kSmallSerialWork = int64_t(1) << 18;
+
+// Bytes of the small path's per-task row scratch (Small<Ops>::carve): six rows of
+// pad16(max(D, Dv)) accumulation scalars, the logits of max_skv keys, a conversion row.
+inline int64_t small_rows_bytes(int64_t D, int64_t Dv, int64_t max_skv, int64_t scalar_bytes) {
+  auto up = [](int64_t x) { return (x + 63) / 64 * 64; };
+  const int64_t Dm = pad16(D > Dv ? D : Dv);
+  return 6 * up(Dm * scalar_bytes) + up(pad16(max_skv) * scalar_bytes) + up(Dm * 4);
+}
+
 struct Plan {
   Compute compute = Compute::kF32;
+  bool small = false;  // the row kernels of flash_attention_small.h (kSmallRowsQ)
   // Staging: some inputs are first copied into head-major [B][N][rows][dim] ([N][T][dim] for
   // TND) buffers in the workspace. `stage_convert`: every input is converted to float there
   // (fp16, or bf16 without AVX512_BF16). Otherwise, on the fp32/fp64 paths, the operands read

@@ -1,0 +1,253 @@
+// Few query rows (decode, speculative decode): the flash engine's row kernels (torch-free, every
+// ISA TU).
+//
+// The tile loops pad the query side to whole tiles (64 rows for the vector dataflow, 16 for AMX)
+// and pack per-task panels sized for them: for one query row and a few keys that fixed cost is
+// all there is (measured: about 8 us per head forward and 35 us backward at one row and 16 keys).
+// Here each query row is handled on its own, vectors running along the head dimension:
+//   forward:  one task per (b, n, row): s_j = c2 q.k_j (+ bias) over the row's window, then
+//             m, l and out = sum_j 2^(s_j - m) v_j / l
+//   backward: one task per (b, kv head), over the query heads of its group and their rows, so that
+//             dK and dV accumulate in a fixed order with no partials: P_j = 2^(s_j - lse2),
+//             dP_j = dO.v_j, dS_j = P_j (dP_j - Delta); dQ = scale sum_j dS_j k_j,
+//             dK_j += scale dS_j q, dV_j += P_j dO
+// with every feature of the tile loops (windows, seqused, TND, GQA, sinks, swa's pse, full mask,
+// dropout and statistics) and their conventions for empty rows. Rows are converted to the
+// accumulation type S (float; double for double inputs) as they are read.
+#pragma once
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/counter_rng.h"
+#include "kernels/common/simd.h"
+#include "kernels/flash_attention/flash_attention_backward.h"
+#include "kernels/flash_attention/flash_attention_common.h"
+#include "kernels/flash_attention/flash_attention_swa_features.h"
+
+namespace op_plugin {
+namespace OP_ISA_NS {
+namespace fa {
+
+// One row of n values of dtype dt into dst (S = float or double).
+template <class S>
+inline void load_row(const void* src, opDataType dt, int64_t n, S* dst) {
+  if (dt == OP_DT_DOUBLE) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(static_cast<const double*>(src)[c]);
+  } else if (dt == OP_DT_FLOAT) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(static_cast<const float*>(src)[c]);
+  } else if (sizeof(S) == 8) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(load_float(src, dt, c));
+  } else if (dt == OP_DT_BF16) {
+    cvt_bf16_to_f32(static_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), n);
+  } else {
+    cvt_f16_to_f32(static_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), n);
+  }
+}
+
+template <class Ops>
+struct Small {
+  using S = typename Ops::S;
+  using V = typename Ops::V;
+  static constexpr int W = Ops::W;
+
+  // Scratch of one task (flash_attention_plan.cpp sizes the slot with small_slot_elems).
+  struct Rows {
+    S *q, *krow, *vrow, *o, *dout, *acc, *s;
+    float* tmp;
+  };
+  static Rows carve(char* slot, const FlashAttnFwdParams& p) {
+    const int64_t Dm = pad16(imax(p.head_dim, p.head_dim_v));
+    Carve c{slot};
+    Rows r;
+    r.q = c.take<S>(Dm);
+    r.krow = c.take<S>(Dm);
+    r.vrow = c.take<S>(Dm);
+    r.o = c.take<S>(Dm);
+    r.dout = c.take<S>(Dm);
+    r.acc = c.take<S>(Dm);
+    r.s = c.take<S>(pad16(p.max_seqlen_kv));
+    r.tmp = c.take<float>(Dm);
+    return r;
+  }
+
+  static S dot(const S* a, const S* b, int64_t n) {
+    V acc = Ops::zero();
+    int64_t c = 0;
+    for (; c + W <= n; c += W) acc = Ops::add(acc, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
+    S s = Ops::hsum(acc);
+    for (; c < n; ++c) s += a[c] * b[c];
+    return s;
+  }
+  static void axpy(S a, const S* x, S* y, int64_t n) {  // y += a x
+    const V va = Ops::set1(a);
+    int64_t c = 0;
+    for (; c + W <= n; c += W) Ops::storec(y + c, Ops::add(Ops::loadc(y + c), Ops::mul(va, Ops::loadc(x + c))));
+    for (; c < n; ++c) y[c] += a * x[c];
+  }
+  static S exp2s(S x) { return x == S(-INFINITY) ? S(0) : static_cast<S>(std::exp2(x)); }
+
+  // Logit of (row i, key j) in log2 units: c2 q.k (+ c2 pse; -inf where the full mask is set).
+  static S logit(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i, int64_t j, S c2, const S* q,
+                 const S* krow) {
+    S x = c2 * dot(q, krow, p.head_dim);
+    if (p.pse) {
+      const int64_t idx = b * p.pse_batch_stride + n * p.pse_head_stride + i * p.pse_row_stride + j;
+      x += c2 * (p.pse_dtype == OP_DT_DOUBLE ? static_cast<S>(static_cast<const double*>(p.pse)[idx])
+                                             : static_cast<S>(load_float(p.pse, p.pse_dtype, idx)));
+    }
+    if (p.full_mask &&
+        p.full_mask[b * p.full_mask_batch_stride + n * p.full_mask_head_stride + i * p.full_mask_row_stride + j])
+      x = S(-INFINITY);
+    return x;
+  }
+
+  // Kept fraction of element (row i, key j) of head n: 1 / keep_prob or 0 (1 without dropout).
+  static S keep(const FlashAttnFwdParams& p, const DropoutKey& k, int64_t b, int64_t n, int64_t i, int64_t j) {
+    if (p.keep_prob >= 1.0) return S(1);
+    return dropout_keep(dropout_row0(p, b, n, i) + static_cast<uint64_t>(j), k) ? static_cast<S>(k.scale) : S(0);
+  }
+
+  static const char* row_ptr(const void* base, int64_t es, int64_t b, int64_t bs, int64_t row, int64_t rs, int64_t head,
+                             int64_t hs) {
+    return static_cast<const char*>(base) + (b * bs + row * rs + head * hs) * es;
+  }
+
+  // ---- forward: query row i of head n, batch b ------------------------------------------------
+  static void forward_row(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t n, int64_t i, char* slot) {
+    const int64_t D = p.head_dim, Dv = p.head_dim_v, h = n / p.group, es = dtype_size(p.dtype);
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const RowWindow w = flash::row_window(p, sq, skv);
+    const Rows r = carve(slot, p);
+    load_row<S>(row_ptr(p.q, es, b, p.q_batch_stride, p.q_start[b] + i, p.q_row_stride, n, p.q_head_stride), p.dtype,
+                D, r.q);
+    const S c2 = static_cast<S>(p.scale * kLog2e);
+    const bool sink = p.sinks != nullptr;
+    const S m0 = sink ? static_cast<S>(p.sinks[n] * kLog2e) : S(-INFINITY);
+    const int64_t lo = w.lo(i), hi = w.hi(i);
+    S m = m0;
+    for (int64_t j = lo; j <= hi; ++j) {
+      load_row<S>(row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride),
+                  p.dtype, D, r.krow);
+      const S x = logit(p, b, n, i, j, c2, r.q, r.krow);
+      r.s[j - lo] = x;
+      if (x > m || x != x) m = m != m ? m : x;  // NaN propagates
+    }
+    S muse = m == S(-INFINITY) ? S(0) : m;  // nothing visible: keep the exponents finite
+    S l = sink ? exp2s(m0 - muse) : S(0);
+    // the weights, W at a time (the sum keeps every term, P V only the kept ones)
+    const int64_t nvis = imax(0, hi - lo + 1);
+    V sum = Ops::zero();
+    const V vm = Ops::set1(muse);
+    int64_t t = 0;
+    for (; t + W <= nvis; t += W) {
+      const V e = Ops::exp2(Ops::sub(Ops::loadc(r.s + t), vm));
+      Ops::storec(r.s + t, e);
+      sum = Ops::add(sum, e);
+    }
+    l += Ops::hsum(sum);
+    for (; t < nvis; ++t) {
+      r.s[t] = exp2s(r.s[t] - muse);
+      l += r.s[t];
+    }
+    for (int64_t c = 0; c < Dv; ++c) r.acc[c] = S(0);
+    DropoutKey dkey;
+    if (p.keep_prob < 1.0) dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
+    for (int64_t j = lo; j <= hi; ++j) {
+      const S pe = r.s[j - lo] * keep(p, dkey, b, n, i, j);
+      if (pe == S(0)) continue;
+      load_row<S>(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
+                  p.dtype, Dv, r.vrow);
+      axpy(pe, r.vrow, r.acc, Dv);
+    }
+    finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i, 1, w, sink, m0, &muse, &l, r.acc, 0, r.tmp);
+  }
+
+  // ---- backward: every query head of kv head h's group, batch b -----------------------------
+  static void backward_kv_head(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, int64_t b, int64_t h,
+                               char* slot, void* ws) {
+    const int64_t D = p.head_dim, Dv = p.head_dim_v, es = dtype_size(p.dtype), ob = out_elem_bytes(out_kind);
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const RowWindow w = flash::row_window(p, sq, skv);
+    const Rows r = carve(slot, p);
+    // dK | dV accumulators of the kv head's keys, after the row scratch
+    S* dkv = reinterpret_cast<S*>(slot + small_rows_bytes(p));
+    const int64_t Dp = pad16(D), ld = Dp + pad16(Dv);
+    std::memset(dkv, 0, sizeof(S) * static_cast<size_t>(skv * ld));
+    const S c2 = static_cast<S>(p.scale * kLog2e), sc = static_cast<S>(p.scale);
+    LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
+    LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
+    DropoutKey dkey;
+    if (p.keep_prob < 1.0) dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
+    S* dpse_all = p.want_dpse ? reinterpret_cast<S*>(static_cast<char*>(ws) + plan.dpse_offset) : nullptr;
+    for (int64_t n = h * p.group; n < (h + 1) * p.group; ++n) {
+      char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
+      for (int64_t i = 0; i < p.rows_q[b]; ++i) {
+        if (i >= sq || skv == 0) {
+          zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
+          continue;
+        }
+        load_row<S>(row_ptr(p.q, es, b, p.q_batch_stride, p.q_start[b] + i, p.q_row_stride, n, p.q_head_stride),
+                    p.dtype, D, r.q);
+        load_row<S>(row_ptr(p.out, es, b, p.o_batch_stride, p.q_start[b] + i, p.o_row_stride, n, p.o_head_stride),
+                    p.dtype, Dv, r.o);
+        load_row<S>(row_ptr(p.dout, es, b, p.o_batch_stride, p.q_start[b] + i, p.o_row_stride, n, p.o_head_stride),
+                    p.dtype, Dv, r.dout);
+        const int64_t li = b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i) * p.lse_row_stride;
+        const S lse2 = static_cast<S>(
+            (p.softmax_sum ? Backward<Ops>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li)) * kLog2e);
+        const S delta = dot(r.dout, r.o, Dv);
+        for (int64_t c = 0; c < D; ++c) r.acc[c] = S(0);
+        S* dpse = dpse_all ? dpse_all + ((b * p.heads_q + n) * plan.dpse_rows + i) * plan.dpse_cols : nullptr;
+        for (int64_t j = w.lo(i); j <= w.hi(i); ++j) {
+          load_row<S>(row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride),
+                      p.dtype, D, r.krow);
+          load_row<S>(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
+                      p.dtype, Dv, r.vrow);
+          const S pr = exp2s(logit(p, b, n, i, j, c2, r.q, r.krow) - lse2);
+          const S z = keep(p, dkey, b, n, i, j);
+          const S ds = pr * (dot(r.dout, r.vrow, Dv) * z - delta);
+          axpy(ds, r.krow, r.acc, D);           // dQ
+          axpy(ds, r.q, dkv + j * ld, D);       // dK (scaled when written)
+          axpy(pr * z, r.dout, dkv + j * ld + Dp, Dv);  // dV
+          if (dpse) dpse[j] = ds * sc;
+        }
+        store_row<S, Ops::kNativeBf16>(out_kind, r.acc, dq + i * p.dq_row_stride * ob, D, sc, r.tmp);
+      }
+    }
+    char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
+    char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
+    for (int64_t j = 0; j < p.rows_kv[b]; ++j) {
+      if (j >= skv) {
+        zero_row(out_kind, dk + j * p.dk_row_stride * ob, D);
+        zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
+        continue;
+      }
+      store_row<S, Ops::kNativeBf16>(out_kind, dkv + j * ld, dk + j * p.dk_row_stride * ob, D, sc, r.tmp);
+      store_row<S, Ops::kNativeBf16>(out_kind, dkv + j * ld + Dp, dv + j * p.dv_row_stride * ob, Dv, S(1), r.tmp);
+    }
+  }
+
+  // Bytes of the row scratch (carve); the backward's dK | dV accumulators follow it.
+  static int64_t small_rows_bytes(const FlashAttnFwdParams& p) {
+    return flash::small_rows_bytes(p.head_dim, p.head_dim_v, p.max_seqlen_kv, sizeof(S));
+  }
+};
+
+// Runs the small-query path of the plan (Plan::small): forward tasks (b, n, row), backward tasks
+// (b, kv head); on the calling thread when the plan says the work is too small to share.
+template <class Ops>
+void run_small_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
+  run_tasks(plan, ws, [&](const Task& t, char* slot) { Small<Ops>::forward_row(p, out_kind, t.b, t.n, t.i0, slot); });
+}
+template <class Ops>
+void run_small_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws) {
+  run_tasks(plan, ws, [&](const Task& t, char* slot) {
+    Small<Ops>::backward_kv_head(p, plan, out_kind, t.b, t.n, slot, ws);
+  });
+}
+
+}  // namespace fa
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin
