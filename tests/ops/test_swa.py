@@ -287,6 +287,18 @@ def test_pse_and_sink_with_their_gradients(shape, mask, features) -> None:
     check_against_reference(layout, N, x, opts, torch.float64)
 
 
+# Issue 15: a registry check compared dim 2 of value and key for TND as if it were a 4-D layout,
+# so TND with Dv < D (which the seed's TND path supports: D = query.size(2), D2 = value.size(2))
+# was rejected with "value must match key except in D".
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("mask", [MASKS[0], MASKS[3], MASKS[6]], ids=_mask_id)
+def test_tnd_value_head_dim_smaller_than_the_key_s(mask, dtype) -> None:
+    shape = ("TND", None, [73, 0, 9], [73, 5, 0], 2, 1, 32, 16)
+    layout, N, x, opts = _case(shape, mask, dtype, seed=31, with_pse=mask[3] is None)
+    assert x["value"].shape == (78, 1, 16) and x["key"].shape == (78, 1, 32)
+    check_against_reference(layout, N, x, opts, dtype)
+
+
 def test_full_pse_and_4d_masks() -> None:
     # pse [B, N, Sq, Skv] and the mask shapes BNSS, B1SS, 11SS and SS.
     layout, N, x, opts = _case(SHAPES[2], MASKS[3], torch.float64, seed=3)
