@@ -1,0 +1,163 @@
+// Helpers shared by the flash attention engine's loops (torch-free, one copy per ISA TU):
+// output stores in every dtype, lse access, operand packing, scratch carving, the task runner.
+#pragma once
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/simd.h"
+#include "kernels/flash_attention/flash_attention_plan.h"
+#include "op_plugin/parallel.h"
+
+namespace op_plugin {
+namespace OP_ISA_NS {
+namespace fa {
+
+using flash::FlashAttnBwdParams;
+using flash::FlashAttnFwdParams;
+using flash::kBlockKV;
+using flash::kBlockQ;
+using flash::pad16;
+using flash::Plan;
+using flash::RowWindow;
+using flash::Task;
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+
+// Output element kinds.
+enum Out : int { kOutF32 = 0, kOutF64 = 1, kOutBf16 = 2, kOutF16 = 3 };
+
+template <class S, bool kNativeBf16>
+inline void store_row(int out_kind, const S* src, void* dst, int64_t n, S scale, float* tmp) {
+  if (out_kind == kOutF64) {
+    double* d = static_cast<double*>(dst);
+    for (int64_t c = 0; c < n; ++c) d[c] = static_cast<double>(src[c]) * static_cast<double>(scale);
+    return;
+  }
+  if (out_kind == kOutF32) {
+    float* d = static_cast<float*>(dst);
+    for (int64_t c = 0; c < n; ++c) d[c] = static_cast<float>(src[c] * scale);
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) tmp[c] = static_cast<float>(src[c] * scale);
+  if (out_kind == kOutBf16)
+    cvt_f32_to_bf16<kNativeBf16>(tmp, static_cast<uint16_t*>(dst), n);
+  else
+    cvt_f32_to_f16(tmp, static_cast<uint16_t*>(dst), n);
+}
+
+inline void zero_row(int out_kind, void* dst, int64_t n) {
+  const int64_t bytes = out_kind == kOutF64 ? 8 : out_kind == kOutF32 ? 4 : 2;
+  std::memset(dst, 0, static_cast<size_t>(n * bytes));
+}
+
+inline int64_t out_elem_bytes(int out_kind) { return out_kind == kOutF64 ? 8 : out_kind == kOutF32 ? 4 : 2; }
+
+// lse element access (float or double tensor).
+struct LseRef {
+  void* base;
+  bool f64;
+  double get(int64_t idx) const {
+    return f64 ? static_cast<const double*>(base)[idx] : static_cast<double>(static_cast<const float*>(base)[idx]);
+  }
+  void set(int64_t idx, double v) const {
+    if (f64)
+      static_cast<double*>(base)[idx] = v;
+    else
+      static_cast<float*>(base)[idx] = static_cast<float>(v);
+  }
+};
+
+// Packs rows [0, rows) x cols [0, n) of a row-major operand (row stride ld) transposed into
+// dst[(c / KP) * ldd + r * KP + c % KP] (fp32: dst[c][r]; bf16: 32-bit pairs of c), zero for
+// rows >= rows up to `rows_pad` and for the odd pair tail.
+template <class T, int KP>
+inline void pack_transposed(const T* src, int64_t ld, int64_t rows, int64_t rows_pad, int64_t n, T* dst,
+                            int64_t ldd) {
+  const int64_t npairs = (n + KP - 1) / KP;
+  if (KP == 1) {
+    // fp32 / fp64: blocks of 8 rows keep the source rows in cache while columns are written.
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+      const int64_t r1 = imin(rows, r0 + 8);
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * ld + c];
+    }
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t r = rows; r < rows_pad; ++r) dst[c * ldd + r] = T(0);
+  } else {
+    // bf16 pairs: a 32-bit transpose of the [rows][n/2] view.
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+      const int64_t r1 = imin(rows, r0 + 8);
+      for (int64_t cp = 0; cp < npairs; ++cp)
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* s = src + r * ld + cp * 2;
+          T* d = dst + cp * ldd + r * 2;
+          d[0] = s[0];
+          d[1] = (cp * 2 + 1 < n) ? s[1] : T(0);
+        }
+    }
+    for (int64_t cp = 0; cp < npairs; ++cp)
+      for (int64_t r = rows; r < rows_pad; ++r) {
+        dst[cp * ldd + r * 2] = T(0);
+        dst[cp * ldd + r * 2 + 1] = T(0);
+      }
+  }
+}
+
+// Packs rows [0, rows) of a row-major bf16 operand into row pairs: dst[(r/2) * 2*ldd + 2c + r%2],
+// c < n; a missing odd last row is zero; pair rows up to rows_pad/2 are zero.
+inline void pack_row_pairs(const uint16_t* src, int64_t ld, int64_t rows, int64_t rows_pad, int64_t n,
+                           uint16_t* dst, int64_t ldd) {
+  int64_t r = 0;
+  for (; r + 1 < rows; r += 2) interleave_u16(src + r * ld, src + (r + 1) * ld, dst + (r / 2) * 2 * ldd, n);
+  if (r < rows) {
+    interleave_u16(src + r * ld, nullptr, dst + (r / 2) * 2 * ldd, n);
+    r += 2;
+  }
+  for (; r < rows_pad; r += 2) std::memset(dst + (r / 2) * 2 * ldd, 0, static_cast<size_t>(2 * n) * 2);
+}
+
+// Bump allocator over one slot of the workspace.
+struct Carve {
+  char* p;
+  template <class X>
+  X* take(int64_t count) {
+    X* r = reinterpret_cast<X*>(p);
+    p += (static_cast<int64_t>(sizeof(X)) * count + 63) / 64 * 64;
+    return r;
+  }
+};
+
+// Runs body(task, slot_base) over the plan's tasks, longest first, from a shared counter: the
+// schedule varies with the thread count, the arithmetic of a task does not.
+template <class Body>
+inline void run_tasks(const Plan& plan, void* workspace, const Body& body) {
+  int64_t next = 0;
+  int64_t* counter = &next;
+  const int64_t slots = plan.slots;
+  op_plugin::parallel_for(0, slots, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      char* base = static_cast<char*>(workspace) + plan.slot_offset + static_cast<uint64_t>(s) * plan.slot_bytes;
+      for (;;) {
+        const int64_t t = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+        if (t >= plan.num_tasks) break;
+        body(plan.tasks[t], base);
+      }
+    }
+  });
+}
+
+inline int out_kind_of(opDataType dt) {
+  switch (dt) {
+    case OP_DT_DOUBLE: return kOutF64;
+    case OP_DT_BF16: return kOutBf16;
+    case OP_DT_FLOAT16: return kOutF16;
+    default: return kOutF32;
+  }
+}
+
+}  // namespace fa
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin

@@ -1,0 +1,107 @@
+// Input staging of the flash attention engine (torch-free): head-major copies of strided or
+// converted operands, and the bf16 forward's value rows as key-row pairs.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/simd.h"
+#include "kernels/flash_attention/flash_attention_common.h"
+
+namespace op_plugin {
+namespace OP_ISA_NS {
+namespace fa {
+
+// Copies (and converts) one q/k/v-like tensor into a head-major buffer dst[b][n][r][:dim]
+// (TND: one "batch" of T rows). Returns the new strides through the pointers.
+template <class Dst>
+inline void stage_tensor(const void* src, opDataType sdt, int64_t bs, int64_t rs, int64_t hs, int64_t nb, int64_t rows,
+                         int64_t heads, int64_t dim, Dst* dst, int64_t* nbs, int64_t* nrs, int64_t* nhs) {
+  constexpr int64_t kRowChunk = 256;
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const int64_t es = static_cast<int64_t>(sdt == OP_DT_DOUBLE ? 8 : sdt == OP_DT_FLOAT ? 4 : 2);
+  op_plugin::parallel_for(0, nb * heads * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t c = it % chunks, n = (it / chunks) % heads, b = it / chunks / heads;
+      for (int64_t r = c * kRowChunk; r < imin(rows, (c + 1) * kRowChunk); ++r) {
+        const char* s = static_cast<const char*>(src) + (b * bs + r * rs + n * hs) * es;
+        Dst* d = dst + ((b * heads + n) * rows + r) * dim;
+        if (sizeof(Dst) == static_cast<size_t>(es)) {
+          std::memcpy(d, s, static_cast<size_t>(dim * es));
+        } else if (sdt == OP_DT_BF16) {
+          cvt_bf16_to_f32(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<float*>(d), dim);
+        } else {
+          cvt_f16_to_f32(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<float*>(d), dim);
+        }
+      }
+    }
+  });
+  *nbs = nb > 1 || bs != 0 ? heads * rows * dim : 0;
+  *nrs = dim;
+  *nhs = rows * dim;
+}
+
+// bf16 forward: v of every (batch, kv head) as key-row pairs [pair row][Dvp][2] (odd tail and
+// padding columns zero), the vector operand of O += P V.
+inline void stage_vpairs(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
+  const int64_t Dv = p.head_dim_v, Dvp = pad16(Dv);
+  uint16_t* base = reinterpret_cast<uint16_t*>(static_cast<char*>(ws) + plan.vpair_offset);
+  op_plugin::parallel_for(0, p.batch * p.heads_kv, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t b = it / p.heads_kv, h = it % p.heads_kv;
+      const int64_t rows = p.rows_kv[b];
+      const uint16_t* src = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
+                            h * p.v_head_stride;
+      uint16_t* dst = base + (h * plan.vpair_rows + plan.vpair_row0[b]) * 2 * Dvp;
+      pack_row_pairs(src, p.v_row_stride, rows, rows, Dv, dst, Dvp);
+      if (Dvp > Dv)
+        for (int64_t r = 0; r < (rows + 1) / 2; ++r)
+          std::memset(dst + r * 2 * Dvp + 2 * Dv, 0, static_cast<size_t>(2 * (Dvp - Dv)) * 2);
+    }
+  });
+}
+
+// Applies the plan's staging to the params (p0 -> p): tensors 0..4 = q, k, v, out, dout.
+template <class Dst>
+inline void stage_inputs(const FlashAttnFwdParams& p0, const void* out0, const void* dout0, const Plan& plan, void* ws,
+                         FlashAttnFwdParams* p, const void** out_staged, const void** dout_staged) {
+  struct Item {
+    const void* src;
+    int64_t* strides[3];
+    int64_t heads, dim;
+    bool kv;
+  };
+  Item items[5] = {
+      {p0.q, {&p->q_batch_stride, &p->q_row_stride, &p->q_head_stride}, p0.heads_q, p0.head_dim, false},
+      {p0.k, {&p->k_batch_stride, &p->k_row_stride, &p->k_head_stride}, p0.heads_kv, p0.head_dim, true},
+      {p0.v, {&p->v_batch_stride, &p->v_row_stride, &p->v_head_stride}, p0.heads_kv, p0.head_dim_v, true},
+      {out0, {&p->o_batch_stride, &p->o_row_stride, &p->o_head_stride}, p0.heads_q, p0.head_dim_v, false},
+      {dout0, {&p->o_batch_stride, &p->o_row_stride, &p->o_head_stride}, p0.heads_q, p0.head_dim_v, false},
+  };
+  const int64_t saved_o[3] = {p0.o_batch_stride, p0.o_row_stride, p0.o_head_stride};
+  for (int t = 0; t < 5; ++t) {
+    if (!((plan.stage_mask >> t) & 1)) continue;
+    const Item& it = items[t];
+    const int64_t batch_rows = it.kv ? plan.kv_batch_rows : plan.q_batch_rows;
+    const bool tnd = batch_rows == 0;
+    const int64_t nb = tnd ? 1 : p0.batch;
+    const int64_t rows = tnd ? plan.stage_numel[t] / (it.heads * it.dim) : batch_rows;
+    const int64_t bs = t == 4 ? saved_o[0] : *it.strides[0];
+    const int64_t rs = t == 4 ? saved_o[1] : *it.strides[1];
+    const int64_t hs = t == 4 ? saved_o[2] : *it.strides[2];
+    Dst* dst = reinterpret_cast<Dst*>(static_cast<char*>(ws) + plan.stage_offset[t]);
+    stage_tensor<Dst>(it.src, p0.dtype, t == 3 ? saved_o[0] : bs, t == 3 ? saved_o[1] : rs, t == 3 ? saved_o[2] : hs,
+                      nb, rows, it.heads, it.dim, dst, it.strides[0], it.strides[1], it.strides[2]);
+    if (tnd) *it.strides[0] = 0;
+    switch (t) {
+      case 0: p->q = dst; break;
+      case 1: p->k = dst; break;
+      case 2: p->v = dst; break;
+      case 3: *out_staged = dst; break;
+      default: *dout_staged = dst; break;
+    }
+  }
+}
+
+}  // namespace fa
+}  // namespace OP_ISA_NS
+}  // namespace op_plugin
