@@ -48,6 +48,21 @@ Rule = Union[Check, Let]
 
 
 @dataclass(frozen=True)
+class EnumDef:
+    """An IntEnum of the Python API (``MaskMode``): the wrappers of the ops whose arguments name it
+    take a member, its int value or its name in any case; the registered op takes the int."""
+
+    name: str
+    members: tuple[tuple[str, int], ...]  # (NAME, value), in registry order
+    doc: str
+    loc: Location
+
+    def listing(self) -> str:
+        """``NO_MASK = 0, CAUSAL = 3, ...``, as errors and docs list the members."""
+        return ", ".join(f"{n} = {v}" for n, v in self.members)
+
+
+@dataclass(frozen=True)
 class OutputRule:
     """How the binding allocates an output and what the fake returns for it."""
 
@@ -124,6 +139,7 @@ class OpEntry:
     # random: the binding draws (rng_seed, rng_offset) from torch's default CPU generator when this
     # holds (else passes 0, 0), so torch.manual_seed reproduces a call and the kernel stays pure.
     random_when: Optional[Expr] = None
+    enums: tuple[tuple[str, str], ...] = ()  # int argument -> the EnumDef naming its values
 
     @property
     def name(self) -> str:
@@ -158,6 +174,7 @@ class Registry:
     path: str
     ops: tuple[OpEntry, ...]
     registry_hash: str
+    enums: tuple[EnumDef, ...] = ()
 
     @property
     def source(self) -> str:
@@ -169,4 +186,10 @@ class Registry:
         for o in self.ops:
             if o.name == name:
                 return o
+        raise KeyError(name)
+
+    def enum(self, name: str) -> EnumDef:
+        for e in self.enums:
+            if e.name == name:
+                return e
         raise KeyError(name)

@@ -24,7 +24,7 @@ from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
 from op_plugin._generated import autograd as _autograd  # noqa: E402,F401
 from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
 from op_plugin._generated.ops import *  # noqa: E402,F401,F403
-from op_plugin._generated.ops import __all__ as _op_names  # noqa: E402
+from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -54,7 +54,9 @@ def isa_level() -> str:
     return str(_C.isa_level())
 
 
-__all__ = list(_op_names) + ["set_strict", "strict", "workspace_size", "isa_level"]
+from op_plugin._generated.ops import __all__ as _generated_names  # noqa: E402  (the ops and their enums)
+
+__all__ = list(_generated_names) + ["set_strict", "strict", "workspace_size", "isa_level"]
 
 
 def __getattr__(name: str) -> object:

@@ -1,6 +1,7 @@
 """What the generated Python (fakes, wrappers) shares with the C++ bindings' rules."""
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 import torch
@@ -36,6 +37,22 @@ def _same_device(op: str, **tensors: torch.Tensor | None) -> None:
             continue
         torch._check(t.device == first[1], lambda: (f"{op}: {name} is on {t.device} but {first[0]} is on "
                                                     f"{first[1]}; all tensor arguments must be on one device"))
+
+
+def _enum_arg(enum_type: type[enum.IntEnum], value: object, op: str, arg: str) -> object:
+    """A wrapper's enum argument as the int the registered op takes: a member of ``enum_type``
+    or its name in any case (``"causal"``); other ints as plain ints. Anything else (None for an
+    optional argument, a float) goes on unchanged, for the op's own argument parsing to judge."""
+    if isinstance(value, str):
+        member = enum_type.__members__.get(value.upper())
+        if member is None:
+            listing = ", ".join(f"{m.name} = {m.value}" for m in enum_type)
+            raise ValueError(f"{op}: {arg} must be a {enum_type.__name__} ({listing}), its int value or its name "
+                             f"in any case, but got {value!r}")
+        return int(member)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    return value
 
 
 def _upper(s: str) -> str:

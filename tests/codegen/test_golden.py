@@ -43,7 +43,7 @@ def _generate(fixture: str, out: Path) -> Any:
 
 
 def test_every_fixture_has_a_golden_directory() -> None:
-    assert FIXTURE_NAMES == ["autograd", "minimal", "options"]
+    assert FIXTURE_NAMES == ["autograd", "enums", "minimal", "options"]
     assert sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()) == FIXTURE_NAMES
 
 
