@@ -224,7 +224,8 @@ def _args(**change):
 
 
 ERRORS = [
-    (dict(query_ik=torch.zeros(1, 2, 4, 5)), "query_ik, key_ij, value_ij, key_jk and value_jk must be 5D, but got 4D, 5D, 5D, 5D, 5D"),
+    (dict(query_ik=torch.zeros(1, 2, 4, 5)), "query_ik must be 5D, but got 4D"),
+    (dict(value_jk=torch.zeros(1, 2, 6, 5, 8, 1)), "value_jk must be 5D, but got 6D"),
     (dict(key_ij=torch.zeros(1, 2, 4, 6, 8, dtype=torch.float64)), "must have the dtype of query_ik (float32), but got float64"),
     (dict(key_ij=torch.zeros(1, 2, 3, 6, 8)), "key_ij must have shape [B, H, N, K, D] = [1, 2, 4, K, 8] (query_ik's axes 0, 1, 2, 4), but got [1, 2, 3, 6, 8]"),
     (dict(value_ij=torch.zeros(1, 2, 4, 7, 8)), "value_ij must have the shape of key_ij [1, 2, 4, 6, 8], but got [1, 2, 4, 7, 8]"),

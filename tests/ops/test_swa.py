@@ -590,7 +590,7 @@ def _fwd_args(**change):
 
 
 FWD_ERRORS = [
-    (dict(head_num=0), "head_num must > 0"),
+    (dict(head_num=0), "head_num must > 0, but got 0"),
     (dict(query=_z(2, 5, 4, 8, 1)), "The shapes of the input query should be 3 or 4 dimensional, but got 5-dimensional"),
     (dict(key=_z(2, 7)), "The shapes of the input key should be 3 or 4 dimensional, but got 2-dimensional"),
     (dict(value=_z(2)), "The shapes of the input value should be 3 or 4 dimensional, but got 1-dimensional"),
@@ -601,8 +601,9 @@ FWD_ERRORS = [
      "the size of actual_seq_qlen and actual_seq_kvlen must be the same and cannot be empty."),
     (dict(input_layout="TND", query=_z(5, 4, 8), key=_z(7, 2, 8), value=_z(7, 2, 8), actual_seq_qlen=[5],
           actual_seq_kvlen=[3, 7]), "the size of actual_seq_qlen and actual_seq_kvlen must be the same and cannot be empty."),
-    (dict(key=_z(2, 7, 16, dtype=torch.float64)), "dtype of key and value must be the same as query (float32), but got float64 and float32"),
-    (dict(input_layout="BSND"), "query, key and value must be 4D when input_layout is BSND, but got 3D, 3D and 3D"),
+    (dict(key=_z(2, 7, 16, dtype=torch.float64)), "dtype of key must be the same as query (float32), but got float64"),
+    (dict(value=_z(2, 7, 16, dtype=torch.float16)), "dtype of value must be the same as query (float32), but got float16"),
+    (dict(input_layout="BSND"), "query must be 4D when input_layout is BSND, but got 3D"),
     (dict(head_num=5), "the H dim of query (32) must be a positive multiple of head_num (5)"),
     (dict(key=_z(2, 7, 12), value=_z(2, 7, 12)), "the H dim of key (12) must be a positive multiple of D = 8"),
     (dict(key=_z(2, 7, 24), value=_z(2, 7, 24)), "the N of query (4) must be a multiple of the N of key (3)"),
@@ -613,15 +614,16 @@ FWD_ERRORS = [
     (dict(atten_mask=TEMPLATE, sparse_mode=4, pre_tockens=0, next_tockens=-1),
      "pre_tockens (0) + next_tockens (-1) must be >= 0: a negative next_tockens needs pre_tockens >= -next_tockens"),
     (dict(atten_mask=_z(5, 7, dtype=torch.bool), pre_tockens=-3, next_tockens=2), "pre_tockens (-3) + next_tockens (2) must be >= 0"),
-    (dict(pse=_z(2, 4, 5, 6)), re.escape("pse must be a float32 tensor of shape [B or 1, N or 1, Sq or 1, Skv] = [2, 4, 5, 7], but got [2, 4, 5, 6] float32")),
-    (dict(pse=_z(2, 4, 5, 7, dtype=torch.float64)), "pse must be a float32 tensor of shape"),
+    (dict(pse=_z(2, 4, 5, 6)), re.escape("pse must have shape [B or 1, N or 1, Sq or 1, Skv] = [2, 4, 5, 7], but got [2, 4, 5, 6]")),
+    (dict(pse=_z(2, 4, 5, 7, dtype=torch.float64)), "dtype of pse must be the same as query (float32), but got float64"),
     (dict(atten_mask=_z(5, 6, dtype=torch.bool)), "atten_mask must be the \\[2048, 2048\\] template when sparse_mode is 4, else"),
     (dict(atten_mask=_z(5, 7, dtype=torch.bool), sparse_mode=4), "atten_mask must be the \\[2048, 2048\\] template"),
     (dict(atten_mask=_z(5, 7, dtype=torch.float32)), "atten_mask must have dtype bool, uint8, but got float32"),
-    (dict(sink=_z(3)), re.escape("sink must be a floating 1D tensor of length N = 4, but got [3] float32")),
+    (dict(sink=_z(3)), re.escape("sink must be 1D of length N = 4, but got [3]")),
+    (dict(sink=_z(4, dtype=torch.int64)), "sink must have dtype float16, bfloat16, float32, float64, but got int64"),
     (dict(query=_z(2, 5, 32, dtype=torch.int32), key=_z(2, 7, 16, dtype=torch.int32), value=_z(2, 7, 16, dtype=torch.int32)),
      "query must have dtype float16, bfloat16, float32, float64, but got int32"),
-    (dict(query=_z(2, 0, 32)), "query, key and value must not be empty"),
+    (dict(query=_z(2, 0, 32)), "query must not be empty, but got [2, 0, 32]"),
 ]
 
 
@@ -644,12 +646,16 @@ def test_backward_errors_in_eager_and_fake() -> None:
         return pos, kw
 
     cases = [
-        (dict(softmax_max=None), "softmax_max, softmax_sum and attention_in (the forward's outputs) are required"),
-        (dict(dy=_z(2, 5, 16)), "dy and attention_in must be float32 of the forward's output shape [2, 5, 32], but got [2, 5, 16]"),
-        (dict(softmax_sum=_z(2, 4, 5, 1)), "softmax_max and softmax_sum must be float32 of shape [2, 4, 5, 8]"),
+        (dict(softmax_max=None), "softmax_max (the forward's output) is required"),
+        (dict(softmax_sum=None), "softmax_sum (the forward's output) is required"),
+        (dict(attention_in=None), "attention_in (the forward's attention_out) is required"),
+        (dict(dy=_z(2, 5, 16)), "dy must have the forward's output shape [2, 5, 32], but got [2, 5, 16]"),
+        (dict(attention_in=_z(2, 5, 16)), "attention_in must have the forward's output shape [2, 5, 32], but got [2, 5, 16]"),
+        (dict(softmax_sum=_z(2, 4, 5, 1)), "softmax_sum must have shape [2, 4, 5, 8], but got [2, 4, 5, 1]"),
+        (dict(softmax_max=_z(2, 4, 5, 8, dtype=torch.float64)), "softmax_max must be float32, but got float64"),
         (dict(dy=_z(2, 5, 32, 1, 1)), "The shapes of the input dy should be 3 or 4 dimensional, but got 5-dimensional"),
         (dict(keep_prob=2.0), "The keep_prob value must be in range of (0, 1], but got 2.0"),
-        (dict(head_num=-1), "head_num must be > 0, but got -1"),
+        (dict(head_num=-1), "head_num must > 0, but got -1"),
     ]
     for change, message in cases:
         head_num = change.pop("head_num", N)
