@@ -18,9 +18,9 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
+from references import flash_attn_reference as reference
 
 import op_plugin
 
@@ -54,79 +54,6 @@ def make_inputs(layout: str, B: int, Sq, Skv, N1: int, N2: int, D: int, Dv: int,
     if layout == "BSND":
         return dict(q=rnd(B, Sq, N1, D), k=rnd(B, Skv, N2, D), v=rnd(B, Skv, N2, Dv), dout=rnd(B, Sq, N1, Dv))
     return dict(q=rnd(B, N1, Sq, D), k=rnd(B, N2, Skv, D), v=rnd(B, N2, Skv, Dv), dout=rnd(B, N1, Sq, Dv))
-
-
-def _segments(t: torch.Tensor, layout: str, cu: torch.Tensor | None) -> list[torch.Tensor]:
-    """Per-batch [rows, N, D] views of a layout tensor."""
-    if layout == "TND":
-        return [t[int(cu[b]):int(cu[b + 1])] for b in range(cu.numel() - 1)]
-    if layout == "BSND":
-        return list(t.unbind(0))
-    return [x.transpose(0, 1) for x in t.unbind(0)]
-
-
-def allowed_mask(rows_q: int, rows_kv: int, sq: int, skv: int, mask_mode: int, win_left: int,
-                 win_right: int) -> torch.Tensor:
-    """[rows_q, rows_kv] True = attend: bottom-right aligned to the actual lengths (sq, skv)."""
-    i = torch.arange(rows_q).view(-1, 1)
-    j = torch.arange(rows_kv).view(1, -1)
-    ok = (i < sq) & (j < skv)
-    o = skv - sq
-    if mask_mode == 3:
-        ok &= j <= i + o
-    elif mask_mode == 4:
-        if win_left >= 0:
-            ok &= j >= i + o - win_left
-        if win_right >= 0:
-            ok &= j <= i + o + win_right
-    return ok
-
-
-def _attend(qb, kb, vb, ok, scale, sinks, use_sdpa):
-    """One sequence: qb [Rq, N1, D], kb [Rk, N2, D], vb [Rk, N2, Dv] -> out [Rq, N1, Dv], lse [N1, Rq]."""
-    N1, N2 = qb.shape[1], kb.shape[1]
-    valid = ok.any(-1)  # rows with something to attend to
-    ok = ok | ~valid.view(-1, 1)  # empty rows attend everywhere and are zeroed below: no NaN
-    if use_sdpa and sinks is None:
-        out = F.scaled_dot_product_attention(qb.transpose(0, 1), kb.transpose(0, 1), vb.transpose(0, 1),
-                                             attn_mask=ok, scale=scale, enable_gqa=True).transpose(0, 1)
-        lse = None
-    else:
-        kr = kb.repeat_interleave(N1 // N2, dim=1)
-        vr = vb.repeat_interleave(N1 // N2, dim=1)
-        s = scale * torch.einsum("ind,jnd->nij", qb, kr)
-        s = s.masked_fill(~ok, float("-inf"))
-        if sinks is not None:  # a per-head logit, not scaled, in the denominator only
-            s = torch.cat([s, sinks.to(s.dtype).view(N1, 1, 1).expand(N1, s.shape[1], 1)], -1)
-        lse = torch.logsumexp(s, -1)
-        p = torch.exp(s - lse.unsqueeze(-1))[..., :kb.shape[0]]
-        out = torch.einsum("nij,jnd->ind", p, vr)
-        lse = torch.where(valid.view(1, -1), lse, torch.full_like(lse, float("inf")))
-    return out * valid.view(-1, 1, 1).to(out.dtype), lse
-
-
-def reference(q, k, v, *, layout_q="BSND", layout_out=None, cu_seqlens_q=None, cu_seqlens_kv=None,
-              seqused_q=None, seqused_kv=None, sinks=None, softmax_scale=1.0, mask_mode=0, win_left=-1,
-              win_right=-1, use_sdpa=False, **_ignored):
-    """out (in layout_out) and lse ((B, N1, S) or (N1, T)) of the op, differentiable in q, k, v."""
-    layout_out = layout_out or layout_q
-    qs = _segments(q, layout_q, cu_seqlens_q)
-    ks = _segments(k, layout_q, cu_seqlens_kv)
-    vs = _segments(v, layout_q, cu_seqlens_kv)
-    outs, lses = [], []
-    for b, (qb, kb, vb) in enumerate(zip(qs, ks, vs)):
-        sq = qb.shape[0] if seqused_q is None else min(qb.shape[0], int(seqused_q[b]))
-        skv = kb.shape[0] if seqused_kv is None else min(kb.shape[0], int(seqused_kv[b]))
-        ok = allowed_mask(qb.shape[0], kb.shape[0], sq, skv, mask_mode, win_left, win_right)
-        out, lse = _attend(qb, kb, vb, ok, softmax_scale, sinks, use_sdpa)
-        outs.append(out)
-        lses.append(lse)
-    if layout_q == "TND":
-        return torch.cat(outs, 0), (None if use_sdpa and sinks is None else torch.cat(lses, 1))
-    out = torch.stack(outs, 0)  # [B, S, N, Dv]
-    if layout_out == "BNSD":
-        out = out.transpose(1, 2)
-    return out, (None if use_sdpa and sinks is None else torch.stack(lses, 0))
 
 
 def _grads(fn, xs, dout):

@@ -18,13 +18,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
 
+from references import FLT_MAX, UNBOUNDED, from_bnsd
+from references import swa_reference as reference
+
 import op_plugin
 
 FWD = torch.ops.op_plugin.swa_forward.default
 BWD = torch.ops.op_plugin.swa_backward.default
-UNBOUNDED = 2147483647
 TEMPLATE = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)  # sparse_mode 4's template
-FLT_MAX = torch.finfo(torch.float32).max
 
 
 # ---- inputs and the float64 reference ----------------------------------------------------------
@@ -46,102 +47,6 @@ def make_inputs(layout: str, B, Sq, Skv, N: int, NKV: int, D: int, DV: int, dtyp
         for name in ("query", "key", "value", "dy"):  # built as BNSD, stored in the layout
             x[name] = from_bnsd(x[name], layout)
     return x
-
-
-def from_bnsd(t: torch.Tensor, layout: str) -> torch.Tensor:
-    B, N, S, D = t.shape
-    if layout == "BNSD":
-        return t.contiguous()
-    if layout == "BSND":
-        return t.transpose(1, 2).contiguous()
-    if layout == "BSH":
-        return t.transpose(1, 2).reshape(B, S, N * D).contiguous()
-    assert layout == "SBH"
-    return t.permute(2, 0, 1, 3).reshape(S, B, N * D).contiguous()
-
-
-def to_bnsd(t: torch.Tensor, layout: str, heads: int) -> torch.Tensor:
-    if layout == "BNSD":
-        return t
-    if layout == "BSND":
-        return t.transpose(1, 2)
-    if layout == "BSH":
-        B, S, H = t.shape
-        return t.view(B, S, heads, H // heads).transpose(1, 2)
-    S, B, H = t.shape
-    return t.view(S, B, heads, H // heads).permute(1, 2, 0, 3)
-
-
-def segments(t: torch.Tensor, layout: str, heads: int, cumulative) -> list[torch.Tensor]:
-    """Per-sequence [N, S, D] views."""
-    if layout == "TND":
-        starts = [0, *cumulative[:-1]]
-        return [t[a:b].transpose(0, 1) for a, b in zip(starts, cumulative)]
-    return list(to_bnsd(t, layout, heads).unbind(0))
-
-
-def masked(sq: int, skv: int, sparse_mode: int, pre: int, nxt: int, mask_bnss) -> torch.Tensor:
-    """[N or 1, sq, skv] True = masked, for one sequence (SPEC §2.4)."""
-    i = torch.arange(sq).view(-1, 1)
-    j = torch.arange(skv).view(1, -1)
-    if mask_bnss is None:  # no atten_mask: sparse_mode and pre/next have no effect
-        return torch.zeros(1, sq, skv, dtype=torch.bool)
-    if sparse_mode == 0:  # the mask, and a band from the top-left corner
-        return mask_bnss | ((j > i + nxt) | (j < i - pre)).unsqueeze(0)
-    o = skv - sq  # sparse_mode 4: a band from the bottom-right corner; the template's contents are ignored
-    return ((j > i + o + nxt) | (j < i + o - pre)).unsqueeze(0)
-
-
-def reference(query, key, value, head_num, layout, *, pse=None, atten_mask=None, scale=1.0, pre_tockens=UNBOUNDED,
-              next_tockens=UNBOUNDED, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, sink=None,
-              keep_mask=None, keep_prob=1.0, seed004_rule=True, **_ignored):
-    """attention_out (in the layout), softmax_max and softmax_sum ([B, N, Sq] / [T, N]) of the op.
-
-    keep_mask: the dropout keep-mask per sequence ([N, Sq, Skv] booleans), read from the op."""
-    if seed004_rule and layout == "TND" and query.shape[0] > 16384:  # seed 004: forced sparse_mode 4
-        sparse_mode = 4
-    N = head_num
-    qs = segments(query, layout, N, actual_seq_qlen)
-    nkv = key.shape[1] if layout in ("TND", "BNSD") else (key.shape[2] if layout == "BSND" else None)
-    D = query.shape[-1] if layout not in ("BSH", "SBH") else query.shape[2] // N
-    nkv = nkv or key.shape[2] // D
-    ks = segments(key, layout, nkv, actual_seq_kvlen)
-    vs = segments(value, layout, nkv, actual_seq_kvlen)
-    outs, maxes, sums = [], [], []
-    for b, (qb, kb, vb) in enumerate(zip(qs, ks, vs)):
-        sq, skv = qb.shape[1], kb.shape[1]
-        kr, vr = kb.repeat_interleave(N // nkv, 0), vb.repeat_interleave(N // nkv, 0)
-        logits = qb @ kr.transpose(1, 2)
-        if pse is not None:
-            pb = pse[b if pse.shape[0] > 1 else 0]
-            logits = logits + (pb[:, :sq, :skv] if layout == "TND" else pb)
-        logits = scale * logits
-        mask_b = None
-        if atten_mask is not None:
-            m = atten_mask.bool()
-            mask_b = m[:sq, :skv].unsqueeze(0) if m.dim() == 2 else m[b if m.shape[0] > 1 else 0]
-        dead = masked(sq, skv, sparse_mode, pre_tockens, next_tockens, mask_b).expand(N, sq, skv)
-        logits = logits.masked_fill(dead, float("-inf"))
-        # A row with no key to attend to is empty, sink or not (Decision 5, as flash_attn)
-        empty = dead.all(-1) if skv else torch.ones(N, sq, dtype=torch.bool)
-        if sink is not None:
-            logits = torch.cat([logits, sink.to(logits.dtype).view(N, 1, 1).expand(N, sq, 1)], -1)
-        if logits.shape[-1] == 0:
-            logits = torch.zeros(N, sq, 1, dtype=logits.dtype)
-        safe = logits.masked_fill(empty.unsqueeze(-1), 0.0)
-        mx = safe.max(-1).values
-        sm = torch.exp(safe - mx.unsqueeze(-1)).sum(-1)
-        p = (torch.exp(safe - mx.unsqueeze(-1)) / sm.unsqueeze(-1))[..., :skv] if skv else safe[..., :0]
-        if keep_mask is not None:
-            p = p * keep_mask[b] / keep_prob
-        out = (p @ vr).masked_fill(empty.unsqueeze(-1), 0.0)
-        outs.append(out)
-        maxes.append(torch.where(empty, -FLT_MAX, mx.double()))  # statistics compared in float64
-        sums.append(torch.where(empty, FLT_MAX, sm.double()))
-    if layout == "TND":
-        return torch.cat([o.transpose(0, 1) for o in outs]), torch.cat([m.t() for m in maxes]), \
-            torch.cat([s.t() for s in sums])
-    return from_bnsd(torch.stack(outs), layout), torch.stack(maxes), torch.stack(sums)
 
 
 OPTIONS = ("pse", "atten_mask", "scale", "keep_prob", "pre_tockens", "next_tockens", "actual_seq_qlen",
