@@ -9,7 +9,7 @@ from codegen import expr as E
 from codegen.expr import Expr, Message
 
 _PY_FUNCS = {"isfinite": "math.isfinite", "stats_dtype": "_stats_dtype", "upper": "_upper",
-             "varlen_numels": "_varlen_numels",
+             "varlen_numels": "_varlen_numels", "varlen_batches": "_varlen_batches",
              # an unbacked SymInt: FakeTensor mode cannot know what the kernel will return
              "data_dependent": "torch.library.get_ctx().new_dynamic_size"}
 

@@ -66,10 +66,21 @@ def strict_mode() -> bool:
     return bool(_C.strict_mode())
 
 
+def _varlen_batches(cumulative: Sequence[int]) -> int:
+    """The sequences of cumulative lengths without a leading 0 (op_plugin::varlen_batches): a
+    trailing run of zeros drops batches ([2, 5, 9, 0, 0] is 3), as the kernel reads them."""
+    n = len(cumulative)
+    while n > 0 and cumulative[n - 1] == 0:
+        n -= 1
+    return n
+
+
 def _varlen_numels(q_cumulative: Sequence[int], kv_cumulative: Sequence[int]) -> int:
-    """sum over sequences of Sq*Skv for cumulative lengths without a leading 0 (op_plugin::varlen_numels)."""
+    """sum over sequences of Sq*Skv for cumulative lengths without a leading 0, trailing zeros
+    dropped (op_plugin::varlen_numels)."""
+    batches = min(_varlen_batches(q_cumulative), _varlen_batches(kv_cumulative))
     total, q_prev, kv_prev = 0, 0, 0
-    for q, kv in zip(q_cumulative, kv_cumulative):
+    for q, kv in zip(q_cumulative[:batches], kv_cumulative[:batches]):
         total += (q - q_prev) * (kv - kv_prev)
         q_prev, kv_prev = q, kv
     return total

@@ -248,7 +248,7 @@ func: f(Tensor x) -> Tensor
       error: "x must be 2D"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['data_dependent', 'isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper', 'varlen_numels']",
+        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['data_dependent', 'isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper', 'varlen_batches', 'varlen_numels']",
     ], id="unknown_function"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor

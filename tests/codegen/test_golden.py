@@ -262,7 +262,8 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
     library_utils = types.ModuleType("torch._library.utils")
     library_utils.fill_defaults = lambda schema, args, kwargs: (args, kwargs)  # type: ignore[attr-defined]
     runtime = types.ModuleType("op_plugin._runtime")
-    for attr in ("_fmt", "_same_device", "_stats_dtype", "_upper", "_varlen_numels", "strict_mode"):
+    for attr in ("_enum_arg", "_fmt", "_same_device", "_stats_dtype", "_upper", "_varlen_batches", "_varlen_numels",
+                 "strict_mode"):
         setattr(runtime, attr, lambda *a: None)
     op_plugin = types.ModuleType("op_plugin")
     op_plugin.autograd_formulas = types.ModuleType("op_plugin.autograd_formulas")  # type: ignore[attr-defined]
@@ -278,13 +279,13 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
     return namespace
 
 
-@pytest.mark.parametrize("fixture", ["minimal", "options", "autograd"])
+@pytest.mark.parametrize("fixture", ["minimal", "options", "autograd", "enums"])
 def test_generated_python_modules_execute(fixture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _generate(fixture, tmp_path)
     recorded: list[tuple[str, str]] = []
     for name in ("ops.py", "autograd.py", "fakes.py"):
         _run_module(tmp_path / "python" / name, recorded, monkeypatch)
-    expected = {"minimal": ["identity_copy"], "options": ["masked_mix"],
+    expected = {"minimal": ["identity_copy"], "options": ["masked_mix"], "enums": ["paint"],
                 "autograd": ["toy_attn", "toy_attn_grad", "toy_lse_attn", "toy_dropout", "toy_dropout_grad"]}
     assert [op for kind, op in recorded if kind == "fake"] == [f"op_plugin::{op}" for op in expected[fixture]]
     autograd = ["op_plugin::toy_attn", "op_plugin::toy_lse_attn", "op_plugin::toy_dropout"] if fixture == "autograd" else []

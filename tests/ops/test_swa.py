@@ -340,6 +340,17 @@ def test_trailing_zeros_drop_batches() -> None:
     padded = forward(dict(x, actual_seq_qlen=x["actual_seq_qlen"] + [0, 0],
                           actual_seq_kvlen=x["actual_seq_kvlen"] + [0, 0]), "TND", 2, scale=0.5)
     assert torch.equal(base[0], padded[0]) and base[6] == padded[6]
+    # The fake counts them the same way (its numels counted the zeros as sequences, -9 * -11 ...),
+    # and pse's B is the 3 sequences, not the 5 entries (the registry took len(actual_seq_qlen)).
+    padded_x = dict(x, actual_seq_qlen=x["actual_seq_qlen"] + [0, 0], actual_seq_kvlen=x["actual_seq_kvlen"] + [0, 0])
+    pse = torch.randn(3, 2, 4, 5, dtype=torch.float64)
+    kw = {k: padded_x[k] for k in ("actual_seq_qlen", "actual_seq_kvlen")}
+    args = [x["query"], x["key"], x["value"], 2, "TND", pse]
+    assert fake_shapes(FWD, *args, **kw) == eager_shapes(FWD(*args, **kw))
+    with_pse = forward(padded_x, "TND", 2, scale=0.5, pse=pse)[0]
+    torch.testing.assert_close(with_pse, reference(x["query"], x["key"], x["value"], 2, "TND", pse=pse, scale=0.5,
+                                                   actual_seq_qlen=x["actual_seq_qlen"],
+                                                   actual_seq_kvlen=x["actual_seq_kvlen"])[0], rtol=1e-10, atol=1e-10)
 
 
 # ---- dropout -----------------------------------------------------------------------------------
