@@ -24,7 +24,7 @@ from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
 from op_plugin._generated import autograd as _autograd  # noqa: E402,F401
 from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
 from op_plugin._generated.ops import *  # noqa: E402,F401,F403
-from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402
+from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402,F401  (demo, doctor)
 
 __version__ = "0.1.0"
 

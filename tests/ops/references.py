@@ -12,9 +12,13 @@ given, which SDPA cannot express).
 
 swa_reference (SPEC §2) materialises the score matrix per sequence, for every layout, sparse_mode
 0 (top-left band, full masks) and 4 (bottom-right band, template), pse, sink and a dropout
-keep-mask read back from the op.
+keep-mask; swa_keep_mask is that mask as csrc/kernels/common/counter_rng.h documents it.
+
+floyd_reference (SPEC §3) is op-plugin's golden formulation of fused_floyd_attention.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -194,3 +198,69 @@ def swa_reference(query, key, value, head_num, layout, *, pse=None, atten_mask=N
         return torch.cat([o.transpose(0, 1) for o in outs]), torch.cat([m.t() for m in maxes]), \
             torch.cat([s.t() for s in sums])
     return from_bnsd(torch.stack(outs), layout), torch.stack(maxes), torch.stack(sums)
+
+
+_M32 = 0xFFFFFFFF
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _lowbias32(x: torch.Tensor) -> torch.Tensor:
+    """C. Wellons' lowbias32 on int64 tensors holding uint32 values (products wrap in int64, but
+    their low 32 bits, the only ones kept, are exact)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def swa_keep_mask(seed: int, offset: int, keep_prob: float, heads: int, rows_q, rows_kv) -> list[torch.Tensor]:
+    """The dropout keep-mask of swa_forward/swa_backward per sequence ([heads, Sq_b, Skv_b] bools),
+    from its documented definition (counter_rng.h): element e, its index in row-major
+    [B, N, Sq, Skv] order (batches concatenated for TND), is kept iff
+    h(h(lo32(e) ^ k0) ^ hi32(e) ^ k1) >> 8 < ceil(keep_prob * 2^24), with
+    (k0, k1) = splitmix64(seed ^ splitmix64(offset))."""
+    key = _splitmix64((seed ^ _splitmix64(offset % 2**64)) & _M64)
+    k0, k1 = key & _M32, key >> 32
+    threshold = math.ceil(keep_prob * 16777216.0)
+    masks, start = [], 0
+    for sq, skv in zip(rows_q, rows_kv):
+        e = start + torch.arange(heads * sq * skv, dtype=torch.int64)
+        bits = _lowbias32(_lowbias32((e & _M32) ^ k0) ^ (e >> 32) ^ k1)
+        masks.append(((bits >> 8) < threshold).view(heads, sq, skv))
+        start += heads * sq * skv
+    return masks
+
+
+# ---- fused_floyd_attention ---------------------------------------------------------------------
+
+FLOYD_MASKED = -4e9  # op-plugin's golden adds this to a masked raw score, before scaling
+
+
+def floyd_masked_logit(scale: float, dtype: torch.dtype) -> float:
+    """The logit of a masked key, as the golden gets it: in float32, raw - 4e9 rounds to -4e9 for
+    |raw| < 128, so a masked logit is -4e9 * scale whatever the raw score. float16 cannot hold
+    it; -3e4 stays finite there, which keeps the same-dtype computation free of inf - inf."""
+    return -3e4 if dtype == torch.float16 else FLOYD_MASKED * scale
+
+
+def floyd_reference(q, k1, v1, k2, v2, mask, scale):
+    """The golden's formulas, in the inputs' dtype (float64 for the reference).
+
+    A masked logit has the value floyd_masked_logit(scale): a fully masked row gets uniform weights.
+    Its gradient flows through the logit as the golden backward computes it (dS is not zeroed
+    where masked), as if -4e9 had been added: the straight-through form below.
+    """
+    s = scale * (torch.einsum("bhnmd,bhnkd->bhnmk", q, k1) + torch.einsum("bhnmd,bhkmd->bhnmk", q, k2))
+    if mask is not None:
+        m = mask.view(mask.shape[0], 1, mask.shape[2], 1, mask.shape[4]).to(s.dtype)
+        s = s + m * (floyd_masked_logit(scale, s.dtype) - s).detach()
+    p = s.softmax(-1)
+    return torch.einsum("bhnmk,bhnkd->bhnmd", p, v1) + torch.einsum("bhnmk,bhkmd->bhnmd", p, v2)

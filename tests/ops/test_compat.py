@@ -162,7 +162,8 @@ def test_seed_000_example_runs_as_written(installed) -> None:
         out.backward(dout.to(out.dtype))
         return out.detach(), [x.grad for x in leaves]
 
-    ref_out, ref_grads = grads(lambda *t: flash_attn_reference(*t, softmax_scale=scale)[0], [x.double() for x in (q, k, v)])
+    ref_out, ref_grads = grads(lambda *t: flash_attn_reference(*t, softmax_scale=scale)[0],
+                               [x.double() for x in (q, k, v)])
     same_out, same_grads = grads(lambda *t: flash_attn_reference(*t, softmax_scale=scale, use_sdpa=True)[0], [q, k, v])
     assert_within_budget(ns["attn_out"], same_out, ref_out, "attn_out")
     for name, ours, same, ref in zip(("dq", "dk", "dv"), (ns["dq"], ns["dk"], ns["dv"]), same_grads, ref_grads):
@@ -223,7 +224,8 @@ def test_torch_npu_aliases_and_int_tensor_lengths() -> None:
     lists = dict(actual_seq_qlen=[5, 12], actual_seq_kvlen=[7, 12])
     tensors = {name: torch.tensor(value, dtype=dtype) for (name, value), dtype in
                zip(lists.items(), (torch.int32, torch.int64))}
-    for fwd, bwd in ((tnpu.npu_fusion_attention, tnpu.npu_fusion_attention_grad), (tnpu.swa_forward, tnpu.swa_backward)):
+    pairs = ((tnpu.npu_fusion_attention, tnpu.npu_fusion_attention_grad), (tnpu.swa_forward, tnpu.swa_backward))
+    for fwd, bwd in pairs:
         want = op_plugin.swa_forward(q, k, v, 2, "TND", scale=0.25, **lists)
         got = fwd(q, k, v, 2, "TND", scale=0.25, **tensors)
         assert all(torch.equal(a, b) for a, b in zip(got[:3], want[:3])) and got[4:] == want[4:]

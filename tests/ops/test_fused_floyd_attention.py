@@ -7,6 +7,7 @@ import pytest
 import torch
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
+from references import FLOYD_MASKED, floyd_reference as reference
 
 import op_plugin
 
@@ -26,31 +27,6 @@ def make_inputs(B, H, N, M, K, D, dtype, requires_grad=False, seed=0, masked=Tru
         if full_row:
             mask[:, :, 0] = True  # a fully masked row: uniform weights (golden behaviour)
     return xs, mask
-
-
-MASKED = -4e9  # op-plugin's golden adds this to a masked raw score, before scaling
-
-
-def masked_logit(scale: float, dtype: torch.dtype) -> float:
-    """The logit of a masked key, as the golden gets it: in float32, raw - 4e9 rounds to -4e9 for
-    |raw| < 128, so a masked logit is -4e9 * scale whatever the raw score. float16 cannot hold
-    it; -3e4 stays finite there, which keeps the same-dtype computation free of inf - inf."""
-    return -3e4 if dtype == torch.float16 else MASKED * scale
-
-
-def reference(q, k1, v1, k2, v2, mask, scale):
-    """The golden's formulas, in the inputs' dtype (float64 for the reference).
-
-    A masked logit has the value masked_logit(scale): a fully masked row gets uniform weights.
-    Its gradient flows through the logit as the golden backward computes it (dS is not zeroed
-    where masked), as if -4e9 had been added: the straight-through form below.
-    """
-    s = scale * (torch.einsum("bhnmd,bhnkd->bhnmk", q, k1) + torch.einsum("bhnmd,bhkmd->bhnmk", q, k2))
-    if mask is not None:
-        m = mask.view(mask.shape[0], 1, mask.shape[2], 1, mask.shape[4]).to(s.dtype)
-        s = s + m * (masked_logit(scale, s.dtype) - s).detach()
-    p = s.softmax(-1)
-    return torch.einsum("bhnmk,bhnkd->bhnmd", p, v1) + torch.einsum("bhnmk,bhkmd->bhnmd", p, v2)
 
 
 def _grads(fn, xs, grad):
@@ -79,7 +55,7 @@ def test_softmax_statistics_repeated_8_times() -> None:
     xs, mask = make_inputs(1, 2, 4, 5, 6, 8, torch.float64)
     mx, sm, _ = FWD(*xs, mask, 0.5)
     s = 0.5 * (torch.einsum("bhnmd,bhnkd->bhnmk", xs[0], xs[1]) + torch.einsum("bhnmd,bhkmd->bhnmk", xs[0], xs[3]))
-    s = s.masked_fill(mask.view(1, 1, 4, 1, 6), MASKED * 0.5)  # row n = 0 is fully masked: max -2e9
+    s = s.masked_fill(mask.view(1, 1, 4, 1, 6), FLOYD_MASKED * 0.5)  # row n = 0 is fully masked: max -2e9
     ref_max = s.amax(-1)
     ref_sum = (s - ref_max.unsqueeze(-1)).exp().sum(-1)
     assert mx.shape == (1, 2, 4, 5, 8) and mx.dtype == torch.float64
@@ -103,7 +79,7 @@ def golden(q, k1, v1, k2, v2, mask, scale, grad, stats=None):
     statistics in the backward, as a caller feeding another op's statistics does."""
     q, k1, v1, k2, v2, grad = (t.float() for t in (q, k1, v1, k2, v2, grad))
     s = torch.einsum("bhikc,bhijc->bhikj", q, k1) + torch.einsum("bhikc,bhjkc->bhikj", q, k2)
-    s = s + mask.bool() * MASKED
+    s = s + mask.bool() * FLOYD_MASKED
     x = s * scale
     x_max = x.amax(-1, keepdim=True)
     x_sum = torch.exp(x - x_max).sum(-1, keepdim=True)

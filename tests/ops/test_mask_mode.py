@@ -99,8 +99,10 @@ def test_a_bad_name_lists_the_members_in_eager_and_fake(op, bad) -> None:
 def test_an_int_outside_the_enum_gets_the_source_s_text() -> None:
     q, k, v, _ = _inputs()
     raises_same_in_eager_and_fake(lambda q, k, v, m: op_plugin.flash_attn(q, k, v, mask_mode=1, attn_mask=m),
-                                  [q, k, v, TEMPLATE], re.escape("flash_attn: mask_mode only supports 0, 3, 4, but got 1."))
-    with pytest.raises(RuntimeError, match=re.escape("flash_attn_metadata: mask_mode only supports 0, 3, 4, but got 2.")):
+                                  [q, k, v, TEMPLATE],
+                                  re.escape("flash_attn: mask_mode only supports 0, 3, 4, but got 1."))
+    message = "flash_attn_metadata: mask_mode only supports 0, 3, 4, but got 2."
+    with pytest.raises(RuntimeError, match=re.escape(message)):
         op_plugin.flash_attn_metadata(4, 2, 16, batch_size=1, mask_mode=2)
     assert op_plugin.flash_attn_metadata(4, 2, 16, batch_size=1, mask_mode=None).numel() > 0  # optional there
 
@@ -110,7 +112,7 @@ def test_the_registered_op_keeps_int_mask_mode() -> None:
     assert "int mask_mode=0" in str(torch.ops.op_plugin.flash_attn.default._schema)
     with pytest.raises(RuntimeError, match="mask_mode"):
         torch.ops.op_plugin.flash_attn(q, k, v, mask_mode="causal", attn_mask=TEMPLATE)
-    out = torch.ops.op_plugin.flash_attn(q, k, v, mask_mode=MaskMode.CAUSAL, attn_mask=TEMPLATE)[0]  # an IntEnum is an int
+    out = torch.ops.op_plugin.flash_attn(q, k, v, mask_mode=MaskMode.CAUSAL, attn_mask=TEMPLATE)[0]  # IntEnum: an int
     assert torch.equal(out, op_plugin.flash_attn(q, k, v, mask_mode="causal", attn_mask=TEMPLATE)[0])
 
 
