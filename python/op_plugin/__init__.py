@@ -25,6 +25,7 @@ from op_plugin._generated import autograd as _autograd  # noqa: E402,F401
 from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
 from op_plugin._generated.ops import *  # noqa: E402,F401,F403
 from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402,F401  (demo, doctor)
+from op_plugin._generated.ops import __all__ as _generated_names  # noqa: E402  (the ops and their enums)
 
 __version__ = "0.1.0"
 
@@ -55,8 +56,6 @@ def isa_level() -> str:
     capped by OP_PLUGIN_ISA."""
     return str(_C.isa_level())
 
-
-from op_plugin._generated.ops import __all__ as _generated_names  # noqa: E402  (the ops and their enums)
 
 __all__ = list(_generated_names) + ["set_strict", "strict", "workspace_size", "isa_level"]
 

@@ -138,6 +138,14 @@ except RuntimeError as e:
 '''
 
 
+def _grads(fn, xs, grad):
+    """fn's output and the gradients of ``xs`` for the incoming ``grad``."""
+    leaves = [x.detach().requires_grad_(True) for x in xs]
+    out = fn(*leaves)
+    out.backward(grad.to(out.dtype))
+    return out.detach(), [x.grad for x in leaves]
+
+
 @pytest.fixture
 def installed():
     """install() for one test: the aliases it puts in sys.modules are taken out afterwards."""
@@ -155,16 +163,10 @@ def test_seed_000_example_runs_as_written(installed) -> None:
     exec(compile(SEED_000_EXAMPLE, "seed_000_example", "exec"), ns)  # noqa: S102
     q, k, v, dout, scale = ns["q"], ns["k"], ns["v"], ns["dout"], ns["scale"]
     assert ns["metadata"].dtype == torch.int32 and ns["softmax_lse"].shape == (2, 8, 128)
-
-    def grads(fn, xs):
-        leaves = [x.detach().requires_grad_(True) for x in xs]
-        out = fn(*leaves)
-        out.backward(dout.to(out.dtype))
-        return out.detach(), [x.grad for x in leaves]
-
-    ref_out, ref_grads = grads(lambda *t: flash_attn_reference(*t, softmax_scale=scale)[0],
-                               [x.double() for x in (q, k, v)])
-    same_out, same_grads = grads(lambda *t: flash_attn_reference(*t, softmax_scale=scale, use_sdpa=True)[0], [q, k, v])
+    ref_out, ref_grads = _grads(lambda *t: flash_attn_reference(*t, softmax_scale=scale)[0],
+                                [x.double() for x in (q, k, v)], dout)
+    same_out, same_grads = _grads(lambda *t: flash_attn_reference(*t, softmax_scale=scale, use_sdpa=True)[0],
+                                  [q, k, v], dout)
     assert_within_budget(ns["attn_out"], same_out, ref_out, "attn_out")
     for name, ours, same, ref in zip(("dq", "dk", "dv"), (ns["dq"], ns["dk"], ns["dv"]), same_grads, ref_grads):
         assert ours.dtype == torch.float16
@@ -190,15 +192,8 @@ def test_seed_004_calls_run_as_written(installed) -> None:
         "swa_forward: The sparse_mode value should be 0 or 4, but got 2")
     q, k, v, dy, scale = ns["query"], ns["key"], ns["value"], ns["dy"], ns["scale"]
     opts = dict(atten_mask=ns["atten_mask"], scale=scale, pre_tockens=64, next_tockens=0, sparse_mode=4)
-
-    def grads(fn, xs):
-        leaves = [x.detach().requires_grad_(True) for x in xs]
-        out = fn(*leaves)
-        out.backward(dy.to(out.dtype))
-        return out.detach(), [x.grad for x in leaves]
-
-    ref_out, ref_grads = grads(lambda *t: swa_reference(*t, 8, "BSND", **opts)[0], [x.double() for x in (q, k, v)])
-    same_out, same_grads = grads(lambda *t: swa_reference(*t, 8, "BSND", **opts)[0], [q, k, v])
+    ref_out, ref_grads = _grads(lambda *t: swa_reference(*t, 8, "BSND", **opts)[0], [x.double() for x in (q, k, v)], dy)
+    same_out, same_grads = _grads(lambda *t: swa_reference(*t, 8, "BSND", **opts)[0], [q, k, v], dy)
     assert_within_budget(ns["attention_out"], same_out, ref_out, "attention_out")
     for name, ours, same, ref in zip(("dq", "dk", "dv"), (ns["dq"], ns["dk"], ns["dv"]), same_grads, ref_grads):
         assert_within_budget(ours, same, ref, name)
