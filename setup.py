@@ -63,7 +63,8 @@ setup(
     # The exact torch release this build's extension is compiled against (its C++ ABI is not stable
     # across releases); op_plugin/__init__.py refuses to load under another.
     install_requires=[f"torch=={torch.__version__.split('+')[0]}", "jinja2", "pyyaml"],
-    packages=["op_plugin", "op_plugin.models"],
+    packages=["op_plugin", "op_plugin.models", "op_plugin.compat", "op_plugin.compat.cann_ops_transformer",
+              "op_plugin.compat.cann_ops_transformer.ops", "op_plugin.compat.cann_ops_transformer.ops.attention"],
     package_dir={"": "python"},
     ext_modules=[
         CppExtension(

@@ -13,7 +13,8 @@ binding and by ``api/python.py`` into the fake function, so the two cannot drift
 Names are the op's arguments, ``let`` names, and the dtype names below. Methods: ``dim()``,
 ``size(i)``, ``numel()`` and the attributes ``dtype``, ``shape`` of tensors. Functions:
 ``len``, ``min``, ``max``, ``isfinite``, ``upper``, ``stats_dtype``, ``varlen_numels(q, kv)`` (the
-sum over sequences of Sq*Skv for cumulative lengths without a leading 0) and ``data_dependent()``
+sum over sequences of Sq*Skv for cumulative lengths without a leading 0), ``varlen_batches(q)`` (the
+number of sequences of such a list: a trailing run of zeros drops batches) and ``data_dependent()``
 (an int output known only when the kernel runs; int output values only). ``//`` and ``%`` are meant
 for non-negative operands (C++ truncates, Python floors).
 """
@@ -43,7 +44,8 @@ DTYPES = {  # registry name -> (C++ at::ScalarType, Python torch dtype)
     "bool_": ("at::kBool", "torch.bool"),
 }
 
-FUNCTIONS = {"len", "min", "max", "isfinite", "upper", "stats_dtype", "varlen_numels", "data_dependent"}
+FUNCTIONS = {"len", "min", "max", "isfinite", "upper", "stats_dtype", "varlen_numels", "varlen_batches",
+             "data_dependent"}
 
 
 class ExprError(Exception):
@@ -222,6 +224,8 @@ class _Checker:
         if name == "stats_dtype" and len(arg_kinds) == 1 and base(arg_kinds[0]) == TENSOR:
             return DTYPE
         if name == "varlen_numels" and len(arg_kinds) == 2 and all(base(k) == INT_LIST for k in arg_kinds):
+            return INT
+        if name == "varlen_batches" and len(arg_kinds) == 1 and base(arg_kinds[0]) == INT_LIST:
             return INT
         if name == "data_dependent" and not arg_kinds:
             return INT

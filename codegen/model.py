@@ -48,6 +48,21 @@ Rule = Union[Check, Let]
 
 
 @dataclass(frozen=True)
+class EnumDef:
+    """An IntEnum of the Python API (``MaskMode``): the wrappers of the ops whose arguments name it
+    take a member, its int value or its name in any case; the registered op takes the int."""
+
+    name: str
+    members: tuple[tuple[str, int], ...]  # (NAME, value), in registry order
+    doc: str
+    loc: Location
+
+    def listing(self) -> str:
+        """``NO_MASK = 0, CAUSAL = 3, ...``, as errors and docs list the members."""
+        return ", ".join(f"{n} = {v}" for n, v in self.members)
+
+
+@dataclass(frozen=True)
 class OutputRule:
     """How the binding allocates an output and what the fake returns for it."""
 
@@ -127,6 +142,7 @@ class OpEntry:
     # The registry's dtypes: (tensor argument, allowed dtypes), in order; the first one's dtypes
     # are the typed entry points the generated stage 2 dispatches to.
     dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    enums: tuple[tuple[str, str], ...] = ()  # int argument -> the EnumDef naming its values
 
     @property
     def name(self) -> str:
@@ -151,6 +167,7 @@ class Registry:
     path: str
     ops: tuple[OpEntry, ...]
     registry_hash: str
+    enums: tuple[EnumDef, ...] = ()
 
     @property
     def source(self) -> str:
@@ -162,4 +179,10 @@ class Registry:
         for o in self.ops:
             if o.name == name:
                 return o
+        raise KeyError(name)
+
+    def enum(self, name: str) -> EnumDef:
+        for e in self.enums:
+            if e.name == name:
+                return e
         raise KeyError(name)

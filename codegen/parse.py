@@ -14,13 +14,13 @@ from torchgen.model import BaseTy, BaseType, FunctionSchema
 
 from codegen import expr as E
 from codegen import torch_version as TV
-from codegen.model import (AutogradPair, BackwardInput, Check, Formula, IntOutputRule, Let, Location, OpEntry,
-                           OutputRule,
-                           Registry, Rule)
+from codegen.model import (AutogradPair, BackwardInput, Check, EnumDef, Formula, IntOutputRule, Let, Location,
+                           OpEntry, OutputRule, Registry, Rule)
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch"}
-CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "error", "strict", "when", "let", "warn", "torch"}
+CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "enum", "error", "strict", "when", "let", "warn", "torch"}
+ENUM_KEYS = {"enum", "members", "doc"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
 AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable", "forward_overrides"}
 PYTHON_KEYS = {"returns"}
@@ -115,24 +115,69 @@ def parse_registry(text: str, path: str, torch_version: Optional[str] = None) ->
         index = max((i for i, s in enumerate(doc.item_lines) if s <= line), default=-1)
         op = _name_hint(data[index]) if index >= 0 else ""
         errors.add(line, op, f"duplicate key {key!r}")
+    enums = _parse_enums(data, path, errors)
     ops: list[OpEntry] = []
     autograd_lines: dict[str, dict[str, int]] = {}
     for index, entry in enumerate(data):
         if not isinstance(entry, dict):
-            errors.add(starts[index], "", f"an entry must be a mapping with 'func:', got {entry!r}")
+            errors.add(starts[index], "", f"an entry must be a mapping with 'func:' (or 'enum:'), got {entry!r}")
+            continue
+        if "enum" in entry:
             continue
         entry_text = "".join(lines[starts[index] - 1: starts[index + 1] - 1])
         if not _in_torch_range(entry, version, _name_hint(entry), errors):
             continue
-        op = _parse_entry(entry, entry_text, path, errors, version)
+        op = _parse_entry(entry, entry_text, path, errors, version, enums)
         if op is not None:
             ops.append(op)
             autograd_lines.setdefault(op.name, _autograd_lines(entry))
     _check_across_entries(ops, errors, autograd_lines)
+    for e in enums.values():
+        if any(op.name == e.name for op in ops):
+            errors.add(e.loc.line, "", f"enum {e.name} has the name of an op")
     if errors.items:
         raise RegistryError([m for _, m in sorted(errors.items, key=lambda x: x[0])])
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return Registry(path=path, ops=tuple(ops), registry_hash=digest)
+    return Registry(path=path, ops=tuple(ops), registry_hash=digest, enums=tuple(enums.values()))
+
+
+def _parse_enums(data: list[Any], path: str, errors: _Errors) -> dict[str, EnumDef]:
+    """The ``- enum: Name`` items: ``members: {NAME: int, ...}`` and an optional ``doc:``."""
+    enums: dict[str, EnumDef] = {}
+    for item in data:
+        if not isinstance(item, dict) or "enum" not in item:
+            continue
+        line, name = _line(item), item["enum"]
+        for k in _keys(item):
+            if k not in ENUM_KEYS:
+                errors.add(_line(item, k), "", f"enum {name}: unknown key {k!r}; known: {', '.join(sorted(ENUM_KEYS))}")
+        if not isinstance(name, str) or not name.isidentifier() or not name[0].isupper():
+            errors.add(line, "", f"'enum:' must name the enum class (a CamelCase identifier), got {name!r}")
+            continue
+        if name in enums:
+            errors.add(line, "", f"enum {name} is defined twice (first at line {enums[name].loc.line})")
+            continue
+        members = item.get("members")
+        member_line = _line(item, "members", line)
+        if not isinstance(members, dict) or not _keys(members):
+            errors.add(member_line, "", f"enum {name}: 'members:' must map NAME to an int value")
+            continue
+        pairs = [(k, members[k]) for k in _keys(members)]
+        bad = [k for k, v in pairs if not (isinstance(k, str) and k.isidentifier() and k == k.upper()
+                                          and isinstance(v, int) and not isinstance(v, bool))]
+        values = [v for _, v in pairs]
+        if bad:
+            errors.add(member_line, "", f"enum {name}: members are UPPER_CASE names with int values, not {bad[0]!r}")
+            continue
+        if len(set(values)) != len(values):
+            errors.add(member_line, "", f"enum {name}: two members have the same value")
+            continue
+        doc = item.get("doc", "")
+        if not isinstance(doc, str):
+            errors.add(_line(item, "doc", line), "", f"enum {name}: 'doc:' must be text")
+            doc = ""
+        enums[name] = EnumDef(name, tuple(pairs), doc.strip(), Location(path, line))
+    return enums
 
 
 def _in_torch_range(item: dict[str, Any], version: TV.Version, op: str, errors: _Errors) -> bool:
@@ -170,7 +215,7 @@ def _autograd_lines(entry: dict[str, Any]) -> dict[str, int]:
 
 
 def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
-                 version: TV.Version) -> Optional[OpEntry]:
+                 version: TV.Version, enums: dict[str, EnumDef]) -> Optional[OpEntry]:
     line = _line(e)
     func_text = e.get("func")
     if not isinstance(func_text, str):
@@ -211,13 +256,17 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
 
     rules: list[Rule] = []
     rules += _parse_dtypes(e, name, env, path, errors)
-    rules += _parse_checks(e, name, env, path, errors, version)
+    enum_args: dict[str, str] = {}
+    rules += _parse_checks(e, name, env, path, errors, version, enums, enum_args)
     outputs, int_outputs = _parse_outputs(e, func, name, env, path, errors)
     random_when = _parse_random(e, name, env, errors)
     for rule in rules:
         if isinstance(rule, Check) and any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "data_dependent"
                                            for n in ast.walk(rule.expr.tree)):
             errors.add(rule.loc.line, name, "data_dependent() is only for the value of an int output")
+    for arg in enum_args:
+        if arg not in {a.name for a in func.arguments.flat_all}:
+            errors.add(line, name, f"enum: {arg!r} is not an argument of {name} (only arguments take enums)")
     python_returns = _parse_python(e, func, name, errors)
     autograd = _parse_autograd(e, func, name, path, errors)
     tags = e.get("tags", [])
@@ -235,7 +284,7 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
                    entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16],
-                   int_outputs=tuple(int_outputs), random_when=random_when)
+                   int_outputs=tuple(int_outputs), random_when=random_when, enums=tuple(enum_args.items()))
 
 
 def _parse_random(e: dict[str, Any], op: str, env: dict[str, str], errors: _Errors) -> Optional[E.Expr]:
@@ -313,7 +362,8 @@ def _literal(v: Any) -> str:
 
 
 def _parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, errors: _Errors,
-                  version: TV.Version) -> list[Rule]:
+                  version: TV.Version, enums: dict[str, EnumDef], enum_args: dict[str, str]) -> list[Rule]:
+    """The checks, in order; ``{arg: A, enum: E}`` checks also record A -> E in ``enum_args``."""
     items = e.get("checks", [])
     if not isinstance(items, list):
         errors.add(_line(e, "checks"), op, "'checks:' must be a list")
@@ -352,15 +402,20 @@ def _parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, er
                     rules.append(Let(name, let_expr, Location(loc.file, let_line)))
             continue
         with errors.collect(line, op):
-            rules.append(_parse_one_check(item, env, loc))
+            rules.append(_parse_one_check(item, env, loc, enums))
+            if "enum" in item:
+                arg = str(item["arg"])
+                if arg in enum_args:
+                    raise _Invalid(f"{arg} already takes enum {enum_args[arg]}", _line(item, "enum"))
+                enum_args[arg] = str(item["enum"])
     return rules
 
 
-def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location) -> Check:
-    sugar = [k for k in ("values", "range", "equals") if k in item]
+def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location, enums: dict[str, EnumDef]) -> Check:
+    sugar = [k for k in ("values", "range", "equals", "enum") if k in item]
     if "expr" in item:
         if sugar or "arg" in item:
-            raise _Invalid("a check has either 'expr:' or 'arg:' with one of values/range/equals")
+            raise _Invalid("a check has either 'expr:' or 'arg:' with one of values/range/equals/enum")
         cond = str(item["expr"])
         if "error" not in item:
             raise _Invalid("an 'expr:' check needs an 'error:' text")
@@ -376,7 +431,15 @@ def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location) -
         kind = sugar[0]
         value = item[kind]
         cond_line = _line(item, kind)
-        if kind == "values":
+        if kind == "enum":  # the enum's values; the Python wrappers also take its members and names
+            if value not in enums:
+                raise _Invalid(f"enum {value!r} is not defined (a '- enum: {value}' item with its members)", cond_line)
+            if E.base(env[arg]) != E.INT:
+                raise _Invalid(f"enum: {arg!r} is a {env[arg]}; an enum names the values of an int argument", cond_line)
+            enum = enums[value]
+            cond = f"{arg} in ({', '.join(str(v) for _, v in enum.members)},)"
+            default_text = f"{arg} must be a {enum.name} ({enum.listing()}), but got {{{arg}}}"
+        elif kind == "values":
             if not isinstance(value, list) or not value:
                 raise _Invalid("'values:' must be a non-empty list", cond_line)
             subject = arg
@@ -403,7 +466,7 @@ def _parse_one_check(item: dict[str, Any], env: dict[str, str], loc: Location) -
         if env[arg].endswith(E.OPTIONAL):
             cond = f"{arg} is None or ({cond})"  # sugar constrains a value only when one is given
     else:
-        raise _Invalid("a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals")
+        raise _Invalid("a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals/enum")
     with _at(cond_line):
         check_expr = E.parse_expr(cond, env)
     if check_expr.kind != E.BOOL:

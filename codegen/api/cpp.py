@@ -82,7 +82,7 @@ class ExprRenderer:
                 return f"std::isfinite(static_cast<double>({args}))"
             if name == "data_dependent":
                 raise E.ExprError("data_dependent() is only for int output values (the kernel computes them)")
-            return f"op_plugin::{name}({args})"  # upper, stats_dtype, varlen_numels: csrc/bindings/torch_glue.h
+            return f"op_plugin::{name}({args})"  # upper, stats_dtype, varlen_*: csrc/bindings/torch_glue.h
         if isinstance(node, ast.BoolOp):
             op = " && " if isinstance(node.op, ast.And) else " || "
             return "(" + op.join(self.render(v) for v in node.values) + ")"

@@ -9,7 +9,7 @@ from codegen import expr as E
 from codegen.expr import Expr, Message
 
 _PY_FUNCS = {"isfinite": "math.isfinite", "stats_dtype": "_stats_dtype", "upper": "_upper",
-             "varlen_numels": "_varlen_numels",
+             "varlen_numels": "_varlen_numels", "varlen_batches": "_varlen_batches",
              # an unbacked SymInt: FakeTensor mode cannot know what the kernel will return
              "data_dependent": "torch.library.get_ctx().new_dynamic_size"}
 
@@ -60,9 +60,10 @@ _PY_TYPES = {E.TENSOR: "Tensor", E.INT: "int", E.FLOAT: "float", E.BOOL: "bool",
              E.INT_LIST: "Sequence[int]"}
 
 
-def annotation(a: Argument) -> str:
+def annotation(a: Argument, enum: str = "") -> str:
+    """The Python type of ``a``; an argument with an ``enum`` takes a member, an int or a name."""
     kind = E.kind_of_type(a.type)
-    text = _PY_TYPES[E.base(kind)]
+    text = f"Union[{enum}, int, str]" if enum else _PY_TYPES[E.base(kind)]
     return f"Optional[{text}]" if kind.endswith(E.OPTIONAL) else text
 
 
@@ -80,17 +81,19 @@ def default(a: Argument) -> str:
     return repr(value)
 
 
-def wrapper_params(func: FunctionSchema) -> list[str]:
-    """``name: type = default`` items with the schema's ``*`` kept."""
+def wrapper_params(func: FunctionSchema, enums: dict[str, str] | None = None) -> list[str]:
+    """``name: type = default`` items with the schema's ``*`` kept; ``enums`` (argument -> enum
+    name) types the wrappers' enum arguments."""
+    enums = enums or {}
     out: list[str] = []
     for a in func.arguments.flat_positional:
-        out.append(_param(a))
+        out.append(_param(a, enums.get(a.name, "")))
     if func.arguments.flat_kwarg_only:
         out.append("*")
-        out += [_param(a) for a in func.arguments.flat_kwarg_only]
+        out += [_param(a, enums.get(a.name, "")) for a in func.arguments.flat_kwarg_only]
     return out
 
 
-def _param(a: Argument) -> str:
-    text = f"{a.name}: {annotation(a)}"
+def _param(a: Argument, enum: str) -> str:
+    text = f"{a.name}: {annotation(a, enum)}"
     return f"{text} = {default(a)}" if a.default is not None else text

@@ -10,7 +10,7 @@ from typing import Any
 
 from codegen import expr as E
 from codegen.file_manager import FileManager
-from codegen.model import Check, Let, OpEntry, Registry
+from codegen.model import Check, EnumDef, Let, OpEntry, Registry
 
 
 def _names(e: E.Expr) -> set[str]:
@@ -22,15 +22,17 @@ def _rule_text(c: Check) -> str:
     return f"{when}`{c.expr}` — {c.message.source}"
 
 
-def op_context(op: OpEntry) -> dict[str, Any]:
+def op_context(op: OpEntry, registry: Registry) -> dict[str, Any]:
     """What a page (and ``op-plugin show``) says about one op."""
+    enums = dict(op.enums)
     checks = [r for r in op.rules if isinstance(r, Check)]
     lets = {r.name: r.expr for r in op.rules if isinstance(r, Let)}
     args = []
     for a in op.func.arguments.flat_all:
         mentions = [c for c in checks if a.name in _names(c.expr) | (_names(c.when) if c.when is not None else set())
                     and not c.strict and not c.warn]
-        args.append({"name": a.name, "type": str(a.type), "default": "" if a.default is None else a.default,
+        args.append({"name": a.name, "type": str(a.type), "enum": enums.get(a.name, ""),
+                     "default": "" if a.default is None else a.default,
                      "keyword_only": a in op.func.arguments.flat_kwarg_only, "rules": len(mentions)})
     outputs = [{"name": o.name, "shape": str(o.shape), "dtype": str(o.dtype)} for o in op.outputs]
     outputs += [{"name": o.name, "shape": "int", "dtype": f"fake value `{o.value}`"} for o in op.int_outputs]
@@ -57,11 +59,16 @@ def op_context(op: OpEntry) -> dict[str, Any]:
         "autograd": autograd,
         "backward_of": [],
         "random": str(op.random_when) if op.random_when is not None else "",
+        "enums": [{"arg": arg, **enum_context(registry.enum(name))} for arg, name in op.enums],
     }
 
 
+def enum_context(e: EnumDef) -> dict[str, Any]:
+    return {"name": e.name, "members": list(e.members), "doc": e.doc, "loc": e.loc}
+
+
 def contexts(registry: Registry) -> list[dict[str, Any]]:
-    ops = [op_context(op) for op in registry.ops]
+    ops = [op_context(op, registry) for op in registry.ops]
     by_name = {c["name"]: c for c in ops}
     for c in ops:
         if c["autograd"]:
@@ -73,5 +80,6 @@ def emit(registry: Registry, fm: FileManager) -> None:
     ops = contexts(registry)
     for op in ops:
         fm.write(f"{op['name']}.md", "op_doc.md.j2", registry.op(op["name"]).source, op=op)
-    fm.write("index.md", "ops_index.md.j2", registry.source, ops=ops)
+    fm.write("index.md", "ops_index.md.j2", registry.source, ops=ops,
+             enums=[enum_context(e) for e in registry.enums])
     fm.write("limits.md", "ops_limits.md.j2", registry.source, ops=ops)

@@ -61,9 +61,16 @@ std::string upper(c10::string_view s) {
   return out;
 }
 
+int64_t varlen_batches(at::IntArrayRef cumulative) {
+  int64_t n = static_cast<int64_t>(cumulative.size());
+  while (n > 0 && cumulative[n - 1] == 0) --n;  // a trailing run of zeros drops batches
+  return n;
+}
+
 int64_t varlen_numels(at::IntArrayRef q_cumulative, at::IntArrayRef kv_cumulative) {
+  const int64_t batches = std::min(varlen_batches(q_cumulative), varlen_batches(kv_cumulative));
   int64_t total = 0, q_prev = 0, kv_prev = 0;
-  for (size_t b = 0; b < std::min(q_cumulative.size(), kv_cumulative.size()); ++b) {
+  for (int64_t b = 0; b < batches; ++b) {
     total += (q_cumulative[b] - q_prev) * (kv_cumulative[b] - kv_prev);
     q_prev = q_cumulative[b];
     kv_prev = kv_cumulative[b];

@@ -79,8 +79,10 @@ inline at::ScalarType stats_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 std::string upper(c10::string_view s);
-// The registry's varlen_numels(q, kv): sum over sequences of Sq*Skv, for cumulative lengths
-// without a leading 0 (op_plugin/_runtime.py::_varlen_numels).
+// The registry's varlen_batches(q): the sequences of cumulative lengths without a leading 0, a
+// trailing run of zeros dropping batches ([2, 5, 9, 0, 0] is 3), as the kernel reads them; and
+// varlen_numels(q, kv): the sum over those sequences of Sq*Skv (op_plugin/_runtime.py).
+int64_t varlen_batches(at::IntArrayRef cumulative);
 int64_t varlen_numels(at::IntArrayRef q_cumulative, at::IntArrayRef kv_cumulative);
 // The (seed, offset) of an op with 'random:', from torch's default CPU generator (so
 // torch.manual_seed reproduces the call); both non-negative as Python ints.

@@ -4,27 +4,29 @@ Importing this package loads the kernels (op_plugin._C registers the ops and the
 kernels), their fake functions and the typed wrappers, all generated from
 op_plugin_functions.yaml.
 """
-from __future__ import annotations
+# Modules imported here under an underscore name: dir(op_plugin) lists exactly __all__ (and the
+# submodules once they are imported).
+import contextlib as _contextlib
+from collections.abc import Iterator as _Iterator
 
-import contextlib
-import os
-from collections.abc import Iterator
+import os as _os
 
-import torch
+import torch as _torch
 
 from op_plugin._build_info import TORCH_VERSION as _BUILT_FOR
 
 # The extension links torch's C++ API, which changes between releases: refuse another release
 # (the wheel's metadata pins it too). Builds of one release (+cpu, +cu130) share the C++ API.
-if str(torch.__version__).split("+")[0] != _BUILT_FOR.split("+")[0]:
+if str(_torch.__version__).split("+")[0] != _BUILT_FOR.split("+")[0]:
     raise ImportError(
-        f"op_plugin was built against torch {_BUILT_FOR} but torch {torch.__version__} is installed; "
+        f"op_plugin was built against torch {_BUILT_FOR} but torch {_torch.__version__} is installed; "
         f"install torch=={_BUILT_FOR.split('+')[0]} or rebuild op_plugin")
 
 from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
 from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
 from op_plugin._generated.ops import *  # noqa: E402,F401,F403
-from op_plugin._generated.ops import __all__ as _op_names  # noqa: E402
+from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402,F401  (demo, doctor)
+from op_plugin._generated.ops import __all__ as _generated_names  # noqa: E402  (the ops and their enums)
 
 __version__ = "0.1.0"
 
@@ -34,8 +36,8 @@ def set_strict(enabled: bool) -> None:
     _C.set_strict_mode(bool(enabled))
 
 
-@contextlib.contextmanager
-def strict(enabled: bool = True) -> Iterator[None]:
+@_contextlib.contextmanager
+def strict(enabled: bool = True) -> _Iterator[None]:
     """``with op_plugin.strict(): ...`` enforces device limits inside the block."""
     before = _C.strict_mode()
     _C.set_strict_mode(bool(enabled))
@@ -51,22 +53,25 @@ def workspace_size(op: str, *args: object, **kwargs: object) -> int:
 
 
 def isa_level() -> str:
+    """The kernels' ISA level on this CPU (avx512_amx, avx512_bf16, avx512, avx2 or baseline),
+    capped by OP_PLUGIN_ISA."""
     return str(_C.isa_level())
 
 
 # The C++ SDK's CMake package (OpPluginConfig.cmake), as torch.utils.cmake_prefix_path:
 #   cmake -DCMAKE_PREFIX_PATH=$(python -c "import op_plugin; print(op_plugin.cmake_prefix_path)") ...
-cmake_prefix_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "share", "cmake")
+cmake_prefix_path = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "share", "cmake")
 
 
-__all__ = list(_op_names) + ["set_strict", "strict", "workspace_size", "isa_level", "cmake_prefix_path"]
+__all__ = list(_generated_names) + ["set_strict", "strict", "workspace_size", "isa_level", "cmake_prefix_path"]
 
 
 def __getattr__(name: str) -> object:
-    # op_plugin.distributed (context-parallel ring attention) is loaded on first use, so that
-    # ``import op_plugin`` stays as it was; ``import op_plugin.distributed`` works as well.
-    if name == "distributed":
+    # op_plugin.distributed (context-parallel ring attention) and op_plugin.compat (the sources'
+    # call surfaces) are loaded on first use, so that ``import op_plugin`` stays as it was;
+    # ``import op_plugin.distributed`` works as well.
+    if name in ("distributed", "compat"):
         import importlib
 
-        return importlib.import_module("op_plugin.distributed")
+        return importlib.import_module(f"op_plugin.{name}")
     raise AttributeError(f"module 'op_plugin' has no attribute {name!r}")

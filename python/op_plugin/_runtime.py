@@ -1,6 +1,7 @@
 """What the generated Python (fakes, wrappers) shares with the C++ bindings' rules."""
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 import torch
@@ -38,6 +39,22 @@ def _same_device(op: str, **tensors: torch.Tensor | None) -> None:
                                                     f"{first[1]}; all tensor arguments must be on one device"))
 
 
+def _enum_arg(enum_type: type[enum.IntEnum], value: object, op: str, arg: str) -> object:
+    """A wrapper's enum argument as the int the registered op takes: a member of ``enum_type``
+    or its name in any case (``"causal"``); other ints as plain ints. Anything else (None for an
+    optional argument, a float) goes on unchanged, for the op's own argument parsing to judge."""
+    if isinstance(value, str):
+        member = enum_type.__members__.get(value.upper())
+        if member is None:
+            listing = ", ".join(f"{m.name} = {m.value}" for m in enum_type)
+            raise ValueError(f"{op}: {arg} must be a {enum_type.__name__} ({listing}), its int value or its name "
+                             f"in any case, but got {value!r}")
+        return int(member)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
 def _upper(s: str) -> str:
     return s.upper()
 
@@ -49,10 +66,21 @@ def strict_mode() -> bool:
     return bool(_C.strict_mode())
 
 
+def _varlen_batches(cumulative: Sequence[int]) -> int:
+    """The sequences of cumulative lengths without a leading 0 (op_plugin::varlen_batches): a
+    trailing run of zeros drops batches ([2, 5, 9, 0, 0] is 3), as the kernel reads them."""
+    n = len(cumulative)
+    while n > 0 and cumulative[n - 1] == 0:
+        n -= 1
+    return n
+
+
 def _varlen_numels(q_cumulative: Sequence[int], kv_cumulative: Sequence[int]) -> int:
-    """sum over sequences of Sq*Skv for cumulative lengths without a leading 0 (op_plugin::varlen_numels)."""
+    """sum over sequences of Sq*Skv for cumulative lengths without a leading 0, trailing zeros
+    dropped (op_plugin::varlen_numels)."""
+    batches = min(_varlen_batches(q_cumulative), _varlen_batches(kv_cumulative))
     total, q_prev, kv_prev = 0, 0, 0
-    for q, kv in zip(q_cumulative, kv_cumulative):
+    for q, kv in zip(q_cumulative[:batches], kv_cumulative[:batches]):
         total += (q - q_prev) * (kv - kv_prev)
         q_prev, kv_prev = q, kv
     return total

@@ -49,7 +49,7 @@ CASES = [
       hint: "reshape"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:6: f: unknown check key 'hint'; known: arg, equals, error, expr, let, range, strict, torch, values, warn, when",
+        "reg.yaml:6: f: unknown check key 'hint'; known: arg, enum, equals, error, expr, let, range, strict, torch, values, warn, when",
     ], id="unknown_check_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -132,7 +132,7 @@ func: f(Tensor x) -> Tensor
     pytest.param(OK + """\
 - just a string
 """, [
-        "reg.yaml:4: an entry must be a mapping with 'func:', got 'just a string'",
+        "reg.yaml:4: an entry must be a mapping with 'func:' (or 'enum:'), got 'just a string'",
     ], id="entry_not_mapping"),
     pytest.param("""\
 - kernel: F
@@ -248,7 +248,7 @@ func: f(Tensor x) -> Tensor
       error: "x must be 2D"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['data_dependent', 'isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper', 'varlen_numels']",
+        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['data_dependent', 'isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper', 'varlen_batches', 'varlen_numels']",
     ], id="unknown_function"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -341,12 +341,12 @@ func: f(Tensor x) -> Tensor
 """, [
         "reg.yaml:4: f: a check must be a mapping, got 'x.dim() == 2'",
         "reg.yaml:5: f: an 'expr:' check needs an 'error:' text",
-        "reg.yaml:6: f: a check has either 'expr:' or 'arg:' with one of values/range/equals",
-        "reg.yaml:7: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals",
+        "reg.yaml:6: f: a check has either 'expr:' or 'arg:' with one of values/range/equals/enum",
+        "reg.yaml:7: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals/enum",
         "reg.yaml:8: f: check names unknown argument or let 'm'",
         "reg.yaml:9: f: 'values:' must be a non-empty list",
         "reg.yaml:10: f: 'range:' must be [low, high] (null for unbounded)",
-        "reg.yaml:11: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals",
+        "reg.yaml:11: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals/enum",
         "reg.yaml:12: f: 'strict:' must be true or false",
         "reg.yaml:13: f: 'when:' must be a condition (bool), but it is int",
         "reg.yaml:14: f: values of str argument 'layout' are compared with upper(layout), so they must be upper-case strings: 'bsnd'",
@@ -575,6 +575,39 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:4: f: 'warn:' must be true or false, and a warning is never strict",
         "reg.yaml:5: f: 'warn:' must be true or false, and a warning is never strict",
     ], id="warn_checks"),
+    pytest.param("""\
+- enum: Mode
+  members: {A: 0, B: 3}
+- enum: Mode
+  members: {C: 1}
+- enum: lower
+  members: {A: 0}
+- enum: Bad
+  members: {a: 0}
+- enum: Twice
+  members: {A: 1, B: 1}
+  color: red
+- func: f(Tensor x, int m=0, float s=1.0, int? o=None) -> Tensor
+  kernel: F
+  checks:
+    - {arg: m, enum: Nope}
+    - {arg: s, enum: Mode}
+    - {arg: m, enum: Mode, values: [0, 3]}
+    - {arg: m, enum: Mode}
+    - {arg: m, enum: Mode}
+    - {arg: o, enum: Mode}
+  outputs: {result0: {like: x}}
+""", [
+        "reg.yaml:3: enum Mode is defined twice (first at line 1)",
+        "reg.yaml:5: 'enum:' must name the enum class (a CamelCase identifier), got 'lower'",
+        "reg.yaml:8: enum Bad: members are UPPER_CASE names with int values, not 'a'",
+        "reg.yaml:10: enum Twice: two members have the same value",
+        "reg.yaml:11: enum Twice: unknown key 'color'; known: doc, enum, members",
+        "reg.yaml:15: f: enum 'Nope' is not defined (a '- enum: Nope' item with its members)",
+        "reg.yaml:16: f: enum: 's' is a float; an enum names the values of an int argument",
+        "reg.yaml:17: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals/enum",
+        "reg.yaml:19: f: m already takes enum Mode",
+    ], id="enums"),
     pytest.param(OK + """\
 - func: other(Tensor x) -> Tensor
   kernel: Good

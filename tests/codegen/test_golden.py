@@ -44,7 +44,7 @@ def _generate(fixture: str, out: Path) -> Any:
 
 
 def test_every_fixture_has_a_golden_directory() -> None:
-    assert FIXTURE_NAMES == ["autograd", "minimal", "options"]
+    assert FIXTURE_NAMES == ["autograd", "enums", "minimal", "options"]
     assert sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()) == FIXTURE_NAMES
 
 
@@ -251,7 +251,8 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
     torch.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
     torch.library = types.SimpleNamespace(register_fake=register_fake)  # type: ignore[attr-defined]
     runtime = types.ModuleType("op_plugin._runtime")
-    for attr in ("_fmt", "_same_device", "_stats_dtype", "_upper", "_varlen_numels", "strict_mode"):
+    for attr in ("_enum_arg", "_fmt", "_same_device", "_stats_dtype", "_upper", "_varlen_batches", "_varlen_numels",
+                 "strict_mode"):
         setattr(runtime, attr, lambda *a: None)
     for name, module in {"torch": torch, "op_plugin": types.ModuleType("op_plugin"),
                          "op_plugin._runtime": runtime}.items():
@@ -261,13 +262,13 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
     return namespace
 
 
-@pytest.mark.parametrize("fixture", ["minimal", "options", "autograd"])
+@pytest.mark.parametrize("fixture", ["minimal", "options", "autograd", "enums"])
 def test_generated_python_modules_execute(fixture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _generate(fixture, tmp_path)
     recorded: list[tuple[str, str]] = []
     for name in ("ops.py", "fakes.py"):
         _run_module(tmp_path / "python" / name, recorded, monkeypatch)
-    expected = {"minimal": ["identity_copy"], "options": ["masked_mix"],
+    expected = {"minimal": ["identity_copy"], "options": ["masked_mix"], "enums": ["paint"],
                 "autograd": ["toy_attn", "toy_attn_grad", "toy_lse_attn", "toy_dropout", "toy_dropout_grad"]}
     assert [op for kind, op in recorded if kind == "fake"] == [f"op_plugin::{op}" for op in expected[fixture]]
     # The Autograd kernels are C++ (bindings/<op>_autograd.cpp): one per pairing, none in Python.

@@ -22,7 +22,7 @@ def _normalise(schema: str) -> str:
 
 def _funcs(path: Path) -> list[str]:
     entries = yaml.safe_load(path.read_text()) or []
-    return [e["func"] for e in entries]
+    return [e["func"] for e in entries if "enum" not in e]  # enum items define no op
 
 
 @pytest.mark.parametrize("path", REGISTRIES, ids=[p.name for p in REGISTRIES])

@@ -7,6 +7,7 @@ import pytest
 import torch
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
+from references import FLOYD_MASKED, floyd_reference as reference
 
 import op_plugin
 
@@ -35,22 +36,6 @@ def make_inputs(B, H, N, M, K, D, dtype, requires_grad=False, seed=0, masked=Tru
     return xs, mask
 
 
-def reference(q, k1, v1, k2, v2, mask, scale):
-    """The golden's formulas, in the inputs' dtype (float64 for the reference).
-
-    As in the golden, a masked logit is the scaled logit plus -FLT_MAX: a fully masked row
-    gets uniform weights, and its gradient flows through the logits as the golden backward
-    computes it (dS is not zeroed where masked). float16 cannot hold -FLT_MAX; -3e4 plus a
-    logit stays finite there, which keeps the same-dtype computation free of inf - inf.
-    """
-    s = scale * (torch.einsum("bhnmd,bhnkd->bhnmk", q, k1) + torch.einsum("bhnmd,bhkmd->bhnmk", q, k2))
-    if mask is not None:
-        lowest = {torch.float16: -3e4, torch.bfloat16: torch.finfo(torch.bfloat16).min}.get(s.dtype, torch.finfo(torch.float32).min)
-        s = s + mask.view(mask.shape[0], 1, mask.shape[2], 1, mask.shape[4]).to(s.dtype) * lowest
-    p = s.softmax(-1)
-    return torch.einsum("bhnmk,bhnkd->bhnmd", p, v1) + torch.einsum("bhnmk,bhkmd->bhnmd", p, v2)
-
-
 def _grads(fn, xs, grad):
     leaves = [x.detach().requires_grad_(True) for x in xs]
     out = fn(*leaves)
@@ -77,7 +62,7 @@ def test_softmax_statistics_repeated_8_times() -> None:
     xs, mask = make_inputs(1, 2, 4, 5, 6, 8, torch.float64)
     mx, sm, _ = FWD(*xs, mask, 0.5)
     s = 0.5 * (torch.einsum("bhnmd,bhnkd->bhnmk", xs[0], xs[1]) + torch.einsum("bhnmd,bhkmd->bhnmk", xs[0], xs[3]))
-    s = s.masked_fill(mask.view(1, 1, 4, 1, 6), torch.finfo(torch.float32).min)
+    s = s.masked_fill(mask.view(1, 1, 4, 1, 6), FLOYD_MASKED * 0.5)  # row n = 0 is fully masked: max -2e9
     ref_max = s.amax(-1)
     ref_sum = (s - ref_max.unsqueeze(-1)).exp().sum(-1)
     assert mx.shape == (1, 2, 4, 5, 8) and mx.dtype == torch.float64
@@ -88,9 +73,63 @@ def test_softmax_statistics_repeated_8_times() -> None:
 def test_fully_masked_rows_get_uniform_weights() -> None:
     xs, _ = make_inputs(1, 1, 2, 3, 4, 8, torch.float64, masked=False)
     mask = torch.ones(1, 1, 2, 1, 4, dtype=torch.uint8)
-    out = op_plugin.fused_floyd_attention(*xs, atten_mask=mask)[2]
+    mx, sm, out = op_plugin.fused_floyd_attention(*xs, atten_mask=mask, scale_value=0.5)
     uniform = (xs[2].mean(3, keepdim=True) + xs[4].mean(2).unsqueeze(2))  # mean over k of V1 + V2
     torch.testing.assert_close(out, uniform.expand_as(out))
+    assert bool((mx == -2e9).all()) and bool((sm == 4).all()), "the golden's finite statistics: -4e9 * scale, K"
+
+
+def golden(q, k1, v1, k2, v2, mask, scale, grad, stats=None):
+    """op-plugin's test of npu_fused_floyd_attention, as written there (float32 throughout):
+    the masked raw score gets -4e9 added, then the softmax of score * scale. Returns
+    (softmax_max, softmax_sum, out, (dq, dk1, dv1, dk2, dv2)); ``stats`` replaces the forward's
+    statistics in the backward, as a caller feeding another op's statistics does."""
+    q, k1, v1, k2, v2, grad = (t.float() for t in (q, k1, v1, k2, v2, grad))
+    s = torch.einsum("bhikc,bhijc->bhikj", q, k1) + torch.einsum("bhikc,bhjkc->bhikj", q, k2)
+    s = s + mask.bool() * FLOYD_MASKED
+    x = s * scale
+    x_max = x.amax(-1, keepdim=True)
+    x_sum = torch.exp(x - x_max).sum(-1, keepdim=True)
+    p = torch.exp(x - x_max) / x_sum
+    out = torch.einsum("bhikj,bhijc->bhikc", p, v1) + torch.einsum("bhikj,bhjkc->bhikc", p, v2)
+    if stats is not None:
+        x_max, x_sum = (t[..., :1] for t in stats)
+    p = torch.exp(x - x_max) / x_sum
+    dp = torch.einsum("bhikc,bhijc->bhikj", grad, v1) + torch.einsum("bhikc,bhjkc->bhikj", grad, v2)
+    ds = p * (dp - (grad * out).sum(-1, keepdim=True)) * scale
+    grads = (torch.einsum("bhikj,bhijc->bhikc", ds, k1) + torch.einsum("bhikj,bhjkc->bhikc", ds, k2),
+             torch.einsum("bhikj,bhikc->bhijc", ds, q), torch.einsum("bhikj,bhikc->bhijc", p, grad),
+             torch.einsum("bhikj,bhikc->bhjkc", ds, q), torch.einsum("bhikj,bhikc->bhjkc", p, grad))
+    return x_max.expand(*x_max.shape[:-1], 8), x_sum.expand(*x_sum.shape[:-1], 8), out, grads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fully_masked_rows_statistics_and_gradients_as_the_golden(dtype) -> None:
+    # The issue's case: a 16 x 128 problem with fully masked rows. The golden's softmax_max is
+    # finite (-4e9 * scale), and its backward gives such a row uniform P: dv1 = mean over m of dY.
+    xs, mask = make_inputs(1, 1, 16, 16, 128, 64, dtype, seed=3)
+    mask[:, :, 1:4] = True
+    scale = 0.5
+    grad = torch.randn(xs[0].shape, generator=torch.Generator().manual_seed(9)).to(dtype)
+    g_max, g_sum, g_out, g_grads = golden(*xs, mask, scale, grad)
+    mx, sm, out = FWD(*xs, mask, scale)
+    rows = mask[0, 0, :, 0].all(-1)  # fully masked n
+    assert bool((mx[:, :, rows] == g_max[:, :, rows]).all()) and bool((sm[:, :, rows] == 128).all())
+    torch.testing.assert_close(mx, g_max, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(sm, g_sum, rtol=1e-4, atol=1e-4)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5  # of the largest gradient
+
+    def close(got, want, name):
+        err = (got.float() - want).abs().max().item()
+        assert err <= tol * max(want.abs().max().item(), 1.0), f"{name}: error {err:.3g}"
+
+    for stats in ((mx, sm), (g_max.contiguous(), g_sum.contiguous())):  # either op's statistics
+        ours = BWD(grad, *xs, out, *stats, atten_mask=mask, scale_value=scale)
+        _, _, _, want = golden(*xs, mask, scale, grad, stats=stats)
+        for name, o, w in zip(("dq", "dk1", "dv1", "dk2", "dv2"), ours, want):
+            close(o, w, name)
+    dv1 = BWD(grad, *xs, out, g_max.contiguous(), g_sum.contiguous(), atten_mask=mask, scale_value=scale)[2]
+    close(dv1[0, 0, 1], (grad[0, 0, 1].float().sum(0) / 128).expand(128, -1), "dv1 of a fully masked row")
 
 
 def test_gradcheck_float64() -> None:
@@ -171,7 +210,8 @@ def _args(**change):
 
 
 ERRORS = [
-    (dict(query_ik=torch.zeros(1, 2, 4, 5)), "query_ik, key_ij, value_ij, key_jk and value_jk must be 5D, but got 4D, 5D, 5D, 5D, 5D"),
+    (dict(query_ik=torch.zeros(1, 2, 4, 5)), "query_ik must be 5D, but got 4D"),
+    (dict(value_jk=torch.zeros(1, 2, 6, 5, 8, 1)), "value_jk must be 5D, but got 6D"),
     (dict(key_ij=torch.zeros(1, 2, 4, 6, 8, dtype=torch.float64)), "must have the dtype of query_ik (float32), but got float64"),
     (dict(key_ij=torch.zeros(1, 2, 3, 6, 8)), "key_ij must have shape [B, H, N, K, D] = [1, 2, 4, K, 8] (query_ik's axes 0, 1, 2, 4), but got [1, 2, 3, 6, 8]"),
     (dict(value_ij=torch.zeros(1, 2, 4, 7, 8)), "value_ij must have the shape of key_ij [1, 2, 4, 6, 8], but got [1, 2, 4, 7, 8]"),

@@ -18,13 +18,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
 
+from references import FLT_MAX, UNBOUNDED, from_bnsd
+from references import swa_reference as reference
+
 import op_plugin
 
 FWD = torch.ops.op_plugin.swa_forward.default
 BWD = torch.ops.op_plugin.swa_backward.default
-UNBOUNDED = 2147483647
 TEMPLATE = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)  # sparse_mode 4's template
-FLT_MAX = torch.finfo(torch.float32).max
 
 
 # ---- inputs and the float64 reference ----------------------------------------------------------
@@ -46,102 +47,6 @@ def make_inputs(layout: str, B, Sq, Skv, N: int, NKV: int, D: int, DV: int, dtyp
         for name in ("query", "key", "value", "dy"):  # built as BNSD, stored in the layout
             x[name] = from_bnsd(x[name], layout)
     return x
-
-
-def from_bnsd(t: torch.Tensor, layout: str) -> torch.Tensor:
-    B, N, S, D = t.shape
-    if layout == "BNSD":
-        return t.contiguous()
-    if layout == "BSND":
-        return t.transpose(1, 2).contiguous()
-    if layout == "BSH":
-        return t.transpose(1, 2).reshape(B, S, N * D).contiguous()
-    assert layout == "SBH"
-    return t.permute(2, 0, 1, 3).reshape(S, B, N * D).contiguous()
-
-
-def to_bnsd(t: torch.Tensor, layout: str, heads: int) -> torch.Tensor:
-    if layout == "BNSD":
-        return t
-    if layout == "BSND":
-        return t.transpose(1, 2)
-    if layout == "BSH":
-        B, S, H = t.shape
-        return t.view(B, S, heads, H // heads).transpose(1, 2)
-    S, B, H = t.shape
-    return t.view(S, B, heads, H // heads).permute(1, 2, 0, 3)
-
-
-def segments(t: torch.Tensor, layout: str, heads: int, cumulative) -> list[torch.Tensor]:
-    """Per-sequence [N, S, D] views."""
-    if layout == "TND":
-        starts = [0, *cumulative[:-1]]
-        return [t[a:b].transpose(0, 1) for a, b in zip(starts, cumulative)]
-    return list(to_bnsd(t, layout, heads).unbind(0))
-
-
-def masked(sq: int, skv: int, sparse_mode: int, pre: int, nxt: int, mask_bnss) -> torch.Tensor:
-    """[N or 1, sq, skv] True = masked, for one sequence (SPEC §2.4)."""
-    i = torch.arange(sq).view(-1, 1)
-    j = torch.arange(skv).view(1, -1)
-    if mask_bnss is None:  # no atten_mask: sparse_mode and pre/next have no effect
-        return torch.zeros(1, sq, skv, dtype=torch.bool)
-    if sparse_mode == 0:  # the mask, and a band from the top-left corner
-        return mask_bnss | ((j > i + nxt) | (j < i - pre)).unsqueeze(0)
-    o = skv - sq  # sparse_mode 4: a band from the bottom-right corner; the template's contents are ignored
-    return ((j > i + o + nxt) | (j < i + o - pre)).unsqueeze(0)
-
-
-def reference(query, key, value, head_num, layout, *, pse=None, atten_mask=None, scale=1.0, pre_tockens=UNBOUNDED,
-              next_tockens=UNBOUNDED, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, sink=None,
-              keep_mask=None, keep_prob=1.0, seed004_rule=True, **_ignored):
-    """attention_out (in the layout), softmax_max and softmax_sum ([B, N, Sq] / [T, N]) of the op.
-
-    keep_mask: the dropout keep-mask per sequence ([N, Sq, Skv] booleans), read from the op."""
-    if seed004_rule and layout == "TND" and query.shape[0] > 16384:  # seed 004: forced sparse_mode 4
-        sparse_mode = 4
-    N = head_num
-    qs = segments(query, layout, N, actual_seq_qlen)
-    nkv = key.shape[1] if layout in ("TND", "BNSD") else (key.shape[2] if layout == "BSND" else None)
-    D = query.shape[-1] if layout not in ("BSH", "SBH") else query.shape[2] // N
-    nkv = nkv or key.shape[2] // D
-    ks = segments(key, layout, nkv, actual_seq_kvlen)
-    vs = segments(value, layout, nkv, actual_seq_kvlen)
-    outs, maxes, sums = [], [], []
-    for b, (qb, kb, vb) in enumerate(zip(qs, ks, vs)):
-        sq, skv = qb.shape[1], kb.shape[1]
-        kr, vr = kb.repeat_interleave(N // nkv, 0), vb.repeat_interleave(N // nkv, 0)
-        logits = qb @ kr.transpose(1, 2)
-        if pse is not None:
-            pb = pse[b if pse.shape[0] > 1 else 0]
-            logits = logits + (pb[:, :sq, :skv] if layout == "TND" else pb)
-        logits = scale * logits
-        mask_b = None
-        if atten_mask is not None:
-            m = atten_mask.bool()
-            mask_b = m[:sq, :skv].unsqueeze(0) if m.dim() == 2 else m[b if m.shape[0] > 1 else 0]
-        dead = masked(sq, skv, sparse_mode, pre_tockens, next_tockens, mask_b).expand(N, sq, skv)
-        logits = logits.masked_fill(dead, float("-inf"))
-        # A row with no key to attend to is empty, sink or not (Decision 5, as flash_attn)
-        empty = dead.all(-1) if skv else torch.ones(N, sq, dtype=torch.bool)
-        if sink is not None:
-            logits = torch.cat([logits, sink.to(logits.dtype).view(N, 1, 1).expand(N, sq, 1)], -1)
-        if logits.shape[-1] == 0:
-            logits = torch.zeros(N, sq, 1, dtype=logits.dtype)
-        safe = logits.masked_fill(empty.unsqueeze(-1), 0.0)
-        mx = safe.max(-1).values
-        sm = torch.exp(safe - mx.unsqueeze(-1)).sum(-1)
-        p = (torch.exp(safe - mx.unsqueeze(-1)) / sm.unsqueeze(-1))[..., :skv] if skv else safe[..., :0]
-        if keep_mask is not None:
-            p = p * keep_mask[b] / keep_prob
-        out = (p @ vr).masked_fill(empty.unsqueeze(-1), 0.0)
-        outs.append(out)
-        maxes.append(torch.where(empty, -FLT_MAX, mx.double()))  # statistics compared in float64
-        sums.append(torch.where(empty, FLT_MAX, sm.double()))
-    if layout == "TND":
-        return torch.cat([o.transpose(0, 1) for o in outs]), torch.cat([m.t() for m in maxes]), \
-            torch.cat([s.t() for s in sums])
-    return from_bnsd(torch.stack(outs), layout), torch.stack(maxes), torch.stack(sums)
 
 
 OPTIONS = ("pse", "atten_mask", "scale", "keep_prob", "pre_tockens", "next_tockens", "actual_seq_qlen",
@@ -287,6 +192,18 @@ def test_pse_and_sink_with_their_gradients(shape, mask, features) -> None:
     check_against_reference(layout, N, x, opts, torch.float64)
 
 
+# Issue 15: a registry check compared dim 2 of value and key for TND as if it were a 4-D layout,
+# so TND with Dv < D (which the seed's TND path supports: D = query.size(2), D2 = value.size(2))
+# was rejected with "value must match key except in D".
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("mask", [MASKS[0], MASKS[3], MASKS[6]], ids=_mask_id)
+def test_tnd_value_head_dim_smaller_than_the_key_s(mask, dtype) -> None:
+    shape = ("TND", None, [73, 0, 9], [73, 5, 0], 2, 1, 32, 16)
+    layout, N, x, opts = _case(shape, mask, dtype, seed=31, with_pse=mask[3] is None)
+    assert x["value"].shape == (78, 1, 16) and x["key"].shape == (78, 1, 32)
+    check_against_reference(layout, N, x, opts, dtype)
+
+
 def test_full_pse_and_4d_masks() -> None:
     # pse [B, N, Sq, Skv] and the mask shapes BNSS, B1SS, 11SS and SS.
     layout, N, x, opts = _case(SHAPES[2], MASKS[3], torch.float64, seed=3)
@@ -423,6 +340,17 @@ def test_trailing_zeros_drop_batches() -> None:
     padded = forward(dict(x, actual_seq_qlen=x["actual_seq_qlen"] + [0, 0],
                           actual_seq_kvlen=x["actual_seq_kvlen"] + [0, 0]), "TND", 2, scale=0.5)
     assert torch.equal(base[0], padded[0]) and base[6] == padded[6]
+    # The fake counts them the same way (its numels counted the zeros as sequences, -9 * -11 ...),
+    # and pse's B is the 3 sequences, not the 5 entries (the registry took len(actual_seq_qlen)).
+    padded_x = dict(x, actual_seq_qlen=x["actual_seq_qlen"] + [0, 0], actual_seq_kvlen=x["actual_seq_kvlen"] + [0, 0])
+    pse = torch.randn(3, 2, 4, 5, dtype=torch.float64)
+    kw = {k: padded_x[k] for k in ("actual_seq_qlen", "actual_seq_kvlen")}
+    args = [x["query"], x["key"], x["value"], 2, "TND", pse]
+    assert fake_shapes(FWD, *args, **kw) == eager_shapes(FWD(*args, **kw))
+    with_pse = forward(padded_x, "TND", 2, scale=0.5, pse=pse)[0]
+    torch.testing.assert_close(with_pse, reference(x["query"], x["key"], x["value"], 2, "TND", pse=pse, scale=0.5,
+                                                   actual_seq_qlen=x["actual_seq_qlen"],
+                                                   actual_seq_kvlen=x["actual_seq_kvlen"])[0], rtol=1e-10, atol=1e-10)
 
 
 # ---- dropout -----------------------------------------------------------------------------------
@@ -578,7 +506,7 @@ def _fwd_args(**change):
 
 
 FWD_ERRORS = [
-    (dict(head_num=0), "head_num must > 0"),
+    (dict(head_num=0), "head_num must > 0, but got 0"),
     (dict(query=_z(2, 5, 4, 8, 1)), "The shapes of the input query should be 3 or 4 dimensional, but got 5-dimensional"),
     (dict(key=_z(2, 7)), "The shapes of the input key should be 3 or 4 dimensional, but got 2-dimensional"),
     (dict(value=_z(2)), "The shapes of the input value should be 3 or 4 dimensional, but got 1-dimensional"),
@@ -589,8 +517,9 @@ FWD_ERRORS = [
      "the size of actual_seq_qlen and actual_seq_kvlen must be the same and cannot be empty."),
     (dict(input_layout="TND", query=_z(5, 4, 8), key=_z(7, 2, 8), value=_z(7, 2, 8), actual_seq_qlen=[5],
           actual_seq_kvlen=[3, 7]), "the size of actual_seq_qlen and actual_seq_kvlen must be the same and cannot be empty."),
-    (dict(key=_z(2, 7, 16, dtype=torch.float64)), "dtype of key and value must be the same as query (float32), but got float64 and float32"),
-    (dict(input_layout="BSND"), "query, key and value must be 4D when input_layout is BSND, but got 3D, 3D and 3D"),
+    (dict(key=_z(2, 7, 16, dtype=torch.float64)), "dtype of key must be the same as query (float32), but got float64"),
+    (dict(value=_z(2, 7, 16, dtype=torch.float16)), "dtype of value must be the same as query (float32), but got float16"),
+    (dict(input_layout="BSND"), "query must be 4D when input_layout is BSND, but got 3D"),
     (dict(head_num=5), "the H dim of query (32) must be a positive multiple of head_num (5)"),
     (dict(key=_z(2, 7, 12), value=_z(2, 7, 12)), "the H dim of key (12) must be a positive multiple of D = 8"),
     (dict(key=_z(2, 7, 24), value=_z(2, 7, 24)), "the N of query (4) must be a multiple of the N of key (3)"),
@@ -601,15 +530,16 @@ FWD_ERRORS = [
     (dict(atten_mask=TEMPLATE, sparse_mode=4, pre_tockens=0, next_tockens=-1),
      "pre_tockens (0) + next_tockens (-1) must be >= 0: a negative next_tockens needs pre_tockens >= -next_tockens"),
     (dict(atten_mask=_z(5, 7, dtype=torch.bool), pre_tockens=-3, next_tockens=2), "pre_tockens (-3) + next_tockens (2) must be >= 0"),
-    (dict(pse=_z(2, 4, 5, 6)), re.escape("pse must be a float32 tensor of shape [B or 1, N or 1, Sq or 1, Skv] = [2, 4, 5, 7], but got [2, 4, 5, 6] float32")),
-    (dict(pse=_z(2, 4, 5, 7, dtype=torch.float64)), "pse must be a float32 tensor of shape"),
+    (dict(pse=_z(2, 4, 5, 6)), re.escape("pse must have shape [B or 1, N or 1, Sq or 1, Skv] = [2, 4, 5, 7], but got [2, 4, 5, 6]")),
+    (dict(pse=_z(2, 4, 5, 7, dtype=torch.float64)), "dtype of pse must be the same as query (float32), but got float64"),
     (dict(atten_mask=_z(5, 6, dtype=torch.bool)), "atten_mask must be the \\[2048, 2048\\] template when sparse_mode is 4, else"),
     (dict(atten_mask=_z(5, 7, dtype=torch.bool), sparse_mode=4), "atten_mask must be the \\[2048, 2048\\] template"),
     (dict(atten_mask=_z(5, 7, dtype=torch.float32)), "atten_mask must have dtype bool, uint8, but got float32"),
-    (dict(sink=_z(3)), re.escape("sink must be a floating 1D tensor of length N = 4, but got [3] float32")),
+    (dict(sink=_z(3)), re.escape("sink must be 1D of length N = 4, but got [3]")),
+    (dict(sink=_z(4, dtype=torch.int64)), "sink must have dtype float16, bfloat16, float32, float64, but got int64"),
     (dict(query=_z(2, 5, 32, dtype=torch.int32), key=_z(2, 7, 16, dtype=torch.int32), value=_z(2, 7, 16, dtype=torch.int32)),
      "query must have dtype float16, bfloat16, float32, float64, but got int32"),
-    (dict(query=_z(2, 0, 32)), "query, key and value must not be empty"),
+    (dict(query=_z(2, 0, 32)), "query must not be empty, but got [2, 0, 32]"),
 ]
 
 
@@ -632,12 +562,16 @@ def test_backward_errors_in_eager_and_fake() -> None:
         return pos, kw
 
     cases = [
-        (dict(softmax_max=None), "softmax_max, softmax_sum and attention_in (the forward's outputs) are required"),
-        (dict(dy=_z(2, 5, 16)), "dy and attention_in must be float32 of the forward's output shape [2, 5, 32], but got [2, 5, 16]"),
-        (dict(softmax_sum=_z(2, 4, 5, 1)), "softmax_max and softmax_sum must be float32 of shape [2, 4, 5, 8]"),
+        (dict(softmax_max=None), "softmax_max (the forward's output) is required"),
+        (dict(softmax_sum=None), "softmax_sum (the forward's output) is required"),
+        (dict(attention_in=None), "attention_in (the forward's attention_out) is required"),
+        (dict(dy=_z(2, 5, 16)), "dy must have the forward's output shape [2, 5, 32], but got [2, 5, 16]"),
+        (dict(attention_in=_z(2, 5, 16)), "attention_in must have the forward's output shape [2, 5, 32], but got [2, 5, 16]"),
+        (dict(softmax_sum=_z(2, 4, 5, 1)), "softmax_sum must have shape [2, 4, 5, 8], but got [2, 4, 5, 1]"),
+        (dict(softmax_max=_z(2, 4, 5, 8, dtype=torch.float64)), "softmax_max must be float32, but got float64"),
         (dict(dy=_z(2, 5, 32, 1, 1)), "The shapes of the input dy should be 3 or 4 dimensional, but got 5-dimensional"),
         (dict(keep_prob=2.0), "The keep_prob value must be in range of (0, 1], but got 2.0"),
-        (dict(head_num=-1), "head_num must be > 0, but got -1"),
+        (dict(head_num=-1), "head_num must > 0, but got -1"),
     ]
     for change, message in cases:
         head_num = change.pop("head_num", N)

@@ -5,7 +5,7 @@
 // softmax / contraction axis), d = head dim.
 //   Q, dY, O : [B,H,N,M,D]    K1, V1 : [B,H,N,K,D]    K2, V2 : [B,H,K,M,D]
 //   mask     : [B,1,N,1,K] (1 = masked)    max, sum : [B,H,N,M,8] (value replicated 8x)
-//   S[n,m,k] = scale * (Q[n,m]·K1[n,k] + Q[n,m]·K2[k,m]), masked -> -FLT_MAX (after scaling)
+//   S[n,m,k] = scale * (Q[n,m]·K1[n,k] + Q[n,m]·K2[k,m]), masked -> masked_logit(scale)
 //   O[n,m]   = sum_k softmax_k(S)[n,m,k] * (V1[n,k] + V2[k,m])
 #pragma once
 #include <cstdint>
@@ -31,6 +31,18 @@ constexpr int64_t kBM = 16;
 constexpr int64_t kBK = 64;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The logit of a masked key. op-plugin's golden adds -4e9 to the raw score before scaling; in
+// float32, raw - 4e9 rounds to -4e9 for |raw| < 128, so a masked logit is -4e9 * scale: a fully
+// masked row keeps uniform weights and gets the golden's finite softmax_max (about -2e9 at scale
+// 0.5), and a backward fed the golden's statistics recomputes the golden's P. Clamped to the
+// float range, so a huge scale cannot make it infinite.
+template <class A>
+inline A masked_logit(A scale) {
+  const A flt_max = static_cast<A>(3.40282346638528859811704183484516925e+38);
+  const A v = static_cast<A>(-4e9) * scale;
+  return v < -flt_max ? -flt_max : (v > flt_max ? flt_max : v);
+}
 
 // Everything stage 2 needs, frozen by stage 1. Pointers into caller-owned, contiguous tensors.
 struct FwdPlan {

@@ -9,7 +9,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from op_plugin._runtime import _fmt, _same_device, _stats_dtype, _upper, _varlen_numels, strict_mode
+from op_plugin._runtime import (_fmt, _same_device, _stats_dtype, _upper, _varlen_batches, _varlen_numels,
+                                strict_mode)
 
 
 # autograd.yaml:4

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["toy_attn", "toy_attn_grad", "toy_lse_attn", "toy_dropout", "toy_dropout_grad", ]
+_OP_NAMES = ("toy_attn", "toy_attn_grad", "toy_lse_attn", "toy_dropout", "toy_dropout_grad", )
 
 
 def toy_attn(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: float = 1.0) -> Tensor:

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["masked_mix", ]
+_OP_NAMES = ("masked_mix", )
 
 
 def masked_mix(x: Tensor, bias: Optional[Tensor] = None, layout: str = 'BSND', sizes: Optional[Sequence[int]] = None, window: Optional[int] = None, flag: bool = False, *, layout_out: str = 'BSND', alpha: float = 1.0, groups: int = 1) -> Tensor:
