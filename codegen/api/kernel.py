@@ -50,7 +50,7 @@ class KernelExprRenderer(ExprRenderer):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             args = "".join(", " + self.render(a) for a in node.args)
             return f"op_plugin::check::{node.func.attr}({self.value(node.func.value)}{args})"
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("len", "upper", "stats_dtype", "varlen_numels"):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("len", "upper", "stats_dtype", "varlen_numels", "varlen_batches"):
             args = ", ".join(self.value(a) for a in node.args)
             return f"op_plugin::check::{node.func.id}({args})"  # type: ignore[attr-defined]
         if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Is, ast.IsNot)):

@@ -42,9 +42,16 @@ std::string upper(std::string_view s) {
   return out;
 }
 
+int64_t varlen_batches(const opIntArray* cumulative) {
+  int64_t n = cumulative->size;
+  while (n > 0 && cumulative->data[n - 1] == 0) --n;
+  return n;
+}
+
 int64_t varlen_numels(const opIntArray* q_cumulative, const opIntArray* kv_cumulative) {
   int64_t total = 0, q_prev = 0, kv_prev = 0;
-  const int64_t n = q_cumulative->size < kv_cumulative->size ? q_cumulative->size : kv_cumulative->size;
+  const int64_t nq = varlen_batches(q_cumulative), nkv = varlen_batches(kv_cumulative);
+  const int64_t n = nq < nkv ? nq : nkv;
   for (int64_t b = 0; b < n; ++b) {
     total += (q_cumulative->data[b] - q_prev) * (kv_cumulative->data[b] - kv_prev);
     q_prev = q_cumulative->data[b];

@@ -47,6 +47,8 @@ inline opDataType stats_dtype(const opTensor* t) { return stats_dtype(t->dtype);
 
 inline int64_t len(const opIntArray* a) { return a->size; }
 std::string upper(std::string_view s);
+// Sequences of cumulative lengths without a leading 0: a trailing run of zeros drops batches.
+int64_t varlen_batches(const opIntArray* cumulative);
 // Sum over sequences of Sq*Skv, for cumulative lengths without a leading 0.
 int64_t varlen_numels(const opIntArray* q_cumulative, const opIntArray* kv_cumulative);
 
