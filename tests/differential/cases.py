@@ -197,7 +197,9 @@ def check_flash_attn(case: Case) -> None:
     assert_within_budget(lse.masked_fill(inf, 0), same_lse.masked_fill(inf, 0), ref_lse.masked_fill(inf, 0),
                          "softmax_lse")
     grads = op_plugin.flash_attn_grad(call["q"], call["k"], call["v"], dout, out, lse, sinks=sinks, **rest)
-    _budget(("dq", "dk", "dv"), grads, same_grads[:3], ref_grads[:3], case["d"], dtype)
+    # dq_i = scale sum_j dS_ij k_j with sum_j dS_ij = 0: a sum of cancelling terms, one per key.
+    keys = max(case["skv"])
+    _budget(("dq", "dk", "dv"), grads, same_grads[:3], ref_grads[:3], case["d"], dtype, summed=keys)
     registered = dict(call, mask_mode=ref_mode)  # the registered ops take the int
     _same_in_fake(torch.ops.op_plugin.flash_attn.default, [], dict(registered, return_softmax_lse=True), (out, lse))
     grad_kwargs = {k: v for k, v in registered.items() if k not in ("q", "k", "v")}
@@ -205,7 +207,7 @@ def check_flash_attn(case: Case) -> None:
                   grad_kwargs, grads)
     _, auto = _grads(ours, leaves, dout)
     _budget(("autograd dq", "autograd dk", "autograd dv", "autograd dsinks"), auto, same_grads, ref_grads,
-            case["d"], dtype)
+            case["d"], dtype, summed=keys)
 
 
 # ---- swa_forward / swa_backward -----------------------------------------------------------------
@@ -324,7 +326,8 @@ def check_swa(case: Case) -> None:
     grads = op_plugin.swa_backward(*leaves[:3], dy, n, layout, pse=leaves[3], sink=leaves[4], softmax_max=smax,
                                    softmax_sum=ssum, attention_in=out, seed=seed, offset=offset, numels=numels,
                                    scale_value=opts["scale"], **{k: v for k, v in opts.items() if k != "scale"})
-    _budget(("dq", "dk", "dv", "dpse", "dsink"), grads, same_grads, ref_grads, case["d"], dtype)
+    keys = max(case["skv"])  # dq: one cancelling term per key, as for flash_attn
+    _budget(("dq", "dk", "dv", "dpse", "dsink"), grads, same_grads, ref_grads, case["d"], dtype, summed=keys)
     fwd_args = [*leaves[:3], n, layout]
     fwd_kwargs = dict(opts, pse=leaves[3], sink=leaves[4])
     if case["keep_prob"] == 1:  # with dropout the fake's seed and offset are unbacked SymInts
@@ -341,7 +344,7 @@ def check_swa(case: Case) -> None:
 
     _, auto = _grads(ours, leaves, dy)
     _budget(("autograd dq", "autograd dk", "autograd dv", "autograd dpse", "autograd dsink"), auto, same_grads,
-            ref_grads, case["d"], dtype)
+            ref_grads, case["d"], dtype, summed=keys)
 
 
 # ---- fused_floyd_attention / fused_floyd_attention_grad ------------------------------------------
