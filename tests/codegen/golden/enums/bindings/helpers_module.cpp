@@ -15,6 +15,7 @@ int64_t paint_workspace_size(const at::Tensor & x, int64_t shade, ::std::optiona
 PYBIND11_MODULE(_C, m) {
   m.doc() = "op_plugin kernels: registers torch.ops.op_plugin.* and reports runtime facts";
   op_plugin::install_torch_parallel_backend();
+  op_plugin::install_torch_warning_handler();
   m.def("kernel_library_version", &op_plugin::kernel_library_version);
   m.def("isa_level", &op_plugin::isa_level, "The ISA level the kernels dispatch to on this CPU");
   m.def("build_flags", &op_plugin::build_flags);
