@@ -388,7 +388,8 @@ def check_floyd(case: Case) -> None:
     names = ("dq", "dk1", "dv1", "dk2", "dv2")
     grads = op_plugin.fused_floyd_attention_grad(grad, *xs, out, mx, sm, atten_mask=mask, scale_value=scale)
     _budget(names, grads, same_grads, ref_grads, d, dt)
-    _same_in_fake(torch.ops.op_plugin.fused_floyd_attention.default, [*xs, mask, scale], {}, (mx, sm, out))
+    _same_in_fake(torch.ops.op_plugin.fused_floyd_attention.default, xs, dict(atten_mask=mask, scale_value=scale),
+                  (mx, sm, out))
     _same_in_fake(torch.ops.op_plugin.fused_floyd_attention_grad.default, [grad, *xs, out, mx, sm],
                   dict(atten_mask=mask, scale_value=scale), grads)
     _, auto = _grads(lambda *t: op_plugin.fused_floyd_attention(*t, atten_mask=mask, scale_value=scale)[2], xs, grad)

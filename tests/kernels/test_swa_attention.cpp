@@ -496,13 +496,13 @@ static void test_errors() {
     expect_error("mask shape", fwd_status(m, [](Inputs& in) { in.mask = make_buf(OP_DT_BOOL, {17, 16}); }), "atten_mask must be the [2048, 2048] template when sparse_mode is 4, else");
   }
   { Case m = c; m.mask = kSS; expect_error("mask dtype", fwd_status(m, [](Inputs& in) { in.mask = make_buf(OP_DT_FLOAT, {17, 17}); }), "atten_mask must have dtype bool, uint8, but got float32"); }
-  { Case m = c; m.pse = true; expect_error("pse shape", fwd_status(m, [](Inputs& in) { in.pse.t.shape[3] = 5; }), "pse must be a float32 tensor of shape [B or 1, N or 1, Sq or 1, Skv]"); }
-  { Case m = c; m.sink = true; expect_error("sink shape", fwd_status(m, [](Inputs& in) { in.sink.t.shape[0] = 3; }), "sink must be a floating 1D tensor of length N = 2"); }
+  { Case m = c; m.pse = true; expect_error("pse shape", fwd_status(m, [](Inputs& in) { in.pse.t.shape[3] = 5; }), "pse must have shape [B or 1, N or 1, Sq or 1, Skv] = [1, 2, 17, 17], but got [1, 2, 17, 5]"); }
+  { Case m = c; m.sink = true; expect_error("sink shape", fwd_status(m, [](Inputs& in) { in.sink.t.shape[0] = 3; }), "sink must be 1D of length N = 2, but got [3]"); }
   { Case m = c; m.N1 = 3; m.N2 = 2; expect_error("GQA", fwd_status(m, none), "the N of query (3) must be a multiple of the N of key (2)"); }
   { Case m = c; m.D = 16; m.Dv = 32; expect_error("Dv > D", fwd_status(m, none), "the D of value (32) must not exceed the D of query and key (16)"); }
   { Case m = c; expect_error("head_num", fwd_status(m, [](Inputs& in) { in.q.t.shape[2] = 3; in.q.t.strides[1] = 96; in.q.t.strides[0] = 17 * 96; }), "head_num (2) must equal the N dim of query"); }
   { Case m = c; m.layout = "BSH"; expect_error("BSH hidden", fwd_status(m, [](Inputs& in) { in.q = make_buf(OP_DT_FLOAT, {1, 17, 63}); }), "must be a positive multiple of head_num (2)"); }
-  { Case m = c; expect_error("k dtype", fwd_status(m, [](Inputs& in) { in.k.t.dtype = OP_DT_DOUBLE; }), "dtype of key and value must be the same as query (float32), but got float64"); }
+  { Case m = c; expect_error("k dtype", fwd_status(m, [](Inputs& in) { in.k.t.dtype = OP_DT_DOUBLE; }), "dtype of key must be the same as query (float32), but got float64"); }
   {
     Case t;
     t.layout = "TND";
@@ -522,7 +522,7 @@ static void test_errors() {
     Buf bad = make_buf(OP_DT_FLOAT, {1, 2, 17, 7});
     FwdResult g = f;
     g.mx = bad;
-    expect_error("softmax_max shape", run_bwd(c, in, OP_DT_FLOAT, g).status, "softmax_max and softmax_sum must be float32 of shape [1, 2, 17, 8]");
+    expect_error("softmax_max shape", run_bwd(c, in, OP_DT_FLOAT, g).status, "softmax_max must have shape [1, 2, 17, 8], but got [1, 2, 17, 7]");
     Case m = c;
     m.keep_prob = 0.5;
     FwdResult h = f;
