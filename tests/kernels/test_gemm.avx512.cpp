@@ -79,9 +79,12 @@ int main() {
   }
   std::printf("ISA level %s\n", op_plugin::isa_name(op_plugin::active_isa()));
   std::mt19937 rng(7);
-  for (int64_t M : {1, 5, 16, 17, 40})
-    for (int64_t N : {1, 7, 16, 33, 64})
-      for (int64_t K : {1, 3, 16, 20, 48, 520})  // 520 pairs: past the tile kernel's stack blocks
+  // M: full 16-row strips of C (held in tiles) and partial ones; N: one group of up to four
+  // column tiles and two (80); K: 128 pairs is the tile kernel's longest, 129 and 520 run the
+  // vector kernel.
+  for (int64_t M : {1, 5, 16, 17, 40, 48})
+    for (int64_t N : {1, 7, 16, 33, 64, 80})
+      for (int64_t K : {1, 3, 16, 20, 48, 128, 129, 520})
         for (bool a_transposed : {false, true})
           for (int mode : {0, 1, 2})
             for (bool with_rs : {false, true}) {

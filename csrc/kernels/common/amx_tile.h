@@ -40,9 +40,13 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
-// Loads the one configuration (8 tiles of 16 x 64 bytes) for the lifetime of the scope.
+// Loads the one configuration (8 tiles of 16 x 64 bytes) for the lifetime of the scope. Scopes
+// nest: only the outermost loads the configuration and releases the tiles, so a kernel can hold
+// one over a task while the GEMMs it calls open their own.
 struct TileScope {
+  static inline thread_local int depth = 0;
   OP_AMX_TARGET TileScope() {
+    if (depth++ > 0) return;
     TileConfig cfg;
     std::memset(&cfg, 0, sizeof(cfg));
     cfg.palette_id = 1;
@@ -53,7 +57,9 @@ struct TileScope {
     __asm__ volatile("" ::: "memory");  // ldtilecfg's asm names only cfg's first bytes
     _tile_loadconfig(&cfg);
   }
-  OP_AMX_TARGET ~TileScope() { _tile_release(); }
+  OP_AMX_TARGET ~TileScope() {
+    if (--depth == 0) _tile_release();
+  }
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
 };

@@ -2,20 +2,22 @@
 //
 // Why: on CPUs with AMX (Intel Xeon 4th generation and later) one TDPBF16PS multiplies a 16x32
 // bf16 tile by a 32x16 one into 16x16 fp32 accumulators: 8192 multiply-adds per instruction,
-// where vdpbf16ps does 32. PyTorch's bf16 matmuls use it through oneDNN; without it our bf16
-// attention ran at a quarter of SDPA's speed on such a host (docs/benchmarks.md).
+// where vdpbf16ps does 32. Used by the kernels whose GEMMs are many small ones on operands in the
+// vector kernels' layouts (Floyd: 16-row blocks of 64 keys); the flash engine's AMX dataflow
+// uses amx_tile.h directly.
 //
 // Included by gemm_ukernel.h (after its GemmMode). Same contract as gemm<Ops512Bf16>: C (mode)=
 // A * B, K counted in bf16 pairs, A(m, k) the pair at A + m*sam + k*sak, B row k (N pairs, VNNI
 // order: exactly AMX's B-tile row layout) at B + k*ldb, C fp32 with columns written up to the
-// next multiple of 16. The product starts from zero and C is combined once at the end, as in the
-// vector kernel. A and B are read straight into tiles where their layout allows; otherwise they
-// are copied into zero-padded stack blocks, which also covers every tail: A once per 16-row strip,
-// B once per (strip, 16-column panel) (a tail-free B, the common case, is never copied). Each
-// call loads its own tile configuration and releases the tiles at the end: other code on the
-// thread (oneDNN) configures tiles too. The summation order is fixed (k blocks of 16 pairs
-// ascending), so results do not depend on the thread count; they differ from vdpbf16ps's in the
-// last bits.
+// next multiple of 16. Per 16-row strip, up to four 16-column C tiles stay in tile registers for
+// the whole contraction (one A tile load feeds four TDPBF16PS). A full strip of C is loaded into
+// and stored from the tiles directly (kAccumulate; kScaleAccumulate scales its rows first); a
+// strip of fewer rows goes through a stack block. A and B are read straight into tiles where
+// their layout allows; otherwise they are copied into zero-padded stack blocks, which also
+// covers every tail: A once per strip, B once per (strip, panel) (a tail-free B, the common case,
+// is never copied). The tile configuration is an amx::TileScope: a caller holding one over its
+// task pays for it once. The summation order is fixed (k blocks of 16 pairs ascending), so
+// results do not depend on the thread count; they differ from vdpbf16ps's in the last bits.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -30,86 +32,115 @@ namespace amx {
 
 constexpr int kTile = 16;  // rows of every tile; 16 pairs (64 bytes) per row
 
-// The tile instructions are inline asm that name only the base pointer: tell the compiler that
-// memory is read (after our packing stores) and written (by a tile store).
-inline void memory_barrier() { __asm__ volatile("" ::: "memory"); }
-
 inline int64_t round16(int64_t n) { return (n + kTile - 1) / kTile * kTile; }
+// The first n (>= 1) of 16 lanes.
+inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>(n >= kTile ? 0xffff : (1u << n) - 1); }
 
 // Operands are copied into stack blocks (the kernels never allocate in stage 2), which bounds the
-// contraction: longer ones (none of the attention kernels' GEMMs) return false and the caller runs
-// the vector kernel.
-constexpr int64_t kMaxPairs = 512;
+// contraction to 128 pairs (Floyd's head dims up to 256; 44 KB of stack): longer ones return false
+// and the caller runs the vector kernel.
+constexpr int64_t kMaxPairs = 128;
 
-__attribute__((target("amx-tile,amx-bf16"))) inline bool gemm_bf16(int64_t M, int64_t N, int64_t K,
-                                                                    const uint16_t* A, int64_t sam, int64_t sak,
-                                                                    const uint16_t* B, int64_t ldb, float* C,
-                                                                    int64_t ldc, const float* rs, int mode) {
+OP_AMX_TARGET inline bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t sam, int64_t sak,
+                                   const uint16_t* B, int64_t ldb, float* C, int64_t ldc, const float* rs, int mode) {
   if (K > kMaxPairs) return false;
+  constexpr int64_t kPanels = 4;  // C tiles held per strip (tiles 0..3; A is tile 4, B tiles 5..6)
   const int64_t Kp = round16(K);
-  alignas(64) uint32_t a_strip[kTile * kMaxPairs];  // 16 rows x Kp pairs, zero-padded (32 KB)
-  alignas(64) uint32_t b_panel[kMaxPairs * kTile];  // Kp pairs x 16 columns, zero-padded (32 KB)
-  alignas(64) float product[kTile * kTile];
-
-  TileConfig cfg;
-  std::memset(&cfg, 0, sizeof(cfg));
-  cfg.palette_id = 1;
-  for (int t = 0; t < 3; ++t) {
-    cfg.rows[t] = kTile;
-    cfg.colsb[t] = kTile * 4;
-  }
-  memory_barrier();  // ldtilecfg's asm names only the first bytes of cfg: make every field stored
-  _tile_loadconfig(&cfg);
-  for (int64_t m0 = 0; m0 < M; m0 += kTile) {
-    const int64_t rows = M - m0 < kTile ? M - m0 : kTile;
-    // A's 16-row strip, in place when its pairs run along k with no tail, else copied once.
-    const char* a_ptr = reinterpret_cast<const char*>(A + m0 * sam);
-    int64_t a_stride = sam * 2;
-    if (sak != 2 || rows < kTile || K != Kp) {
-      for (int64_t m = 0; m < kTile; ++m)
-        for (int64_t k = 0; k < Kp; ++k) {
-          uint32_t pair = 0;
-          if (m < rows && k < K) std::memcpy(&pair, A + (m0 + m) * sam + k * sak, 4);
-          a_strip[m * Kp + k] = pair;
-        }
-      a_ptr = reinterpret_cast<const char*>(a_strip);
-      a_stride = Kp * 4;
+  alignas(64) uint32_t a_strip[kTile * kMaxPairs];             // 16 rows x Kp pairs, zero-padded (8 KB)
+  alignas(64) uint32_t b_panel[kPanels][kMaxPairs * kTile];    // Kp pairs x 16 columns per panel (32 KB)
+  alignas(64) float product[kPanels][kTile * kTile];
+  TileScope tiles;
+  const bool accumulate = mode == kAccumulate || (mode == kScaleAccumulate && rs == nullptr);
+  // A full 16-row strip of C lives in the tiles: scaled in place first (kScaleAccumulate), then
+  // loaded (accumulating) or zeroed, and stored back whole. A partial strip: product blocks.
+  if (mode == kScaleAccumulate && rs != nullptr)
+    for (int64_t r = 0; r < M / kTile * kTile; ++r) {
+      const __m512 f = _mm512_set1_ps(rs[r]);
+      float* c = C + r * ldc;
+      for (int64_t n = 0; n < N; n += kTile) _mm512_storeu_ps(c + n, _mm512_mul_ps(_mm512_loadu_ps(c + n), f));
     }
-    for (int64_t n0 = 0; n0 < N; n0 += kTile) {
-      const int64_t cols = N - n0 < kTile ? N - n0 : kTile;
+  // Column groups of up to four panels outside, strips inside: a B panel that must be copied
+  // (a column tail, or K not a multiple of 16 pairs) is copied once per call.
+  for (int64_t n0 = 0; n0 < N; n0 += kPanels * kTile) {
+    const int64_t np = (N - n0 + kTile - 1) / kTile < kPanels ? (N - n0 + kTile - 1) / kTile : kPanels;
+    const char* b_ptr[kPanels];
+    int64_t b_stride[kPanels];
+    for (int64_t p = 0; p < np; ++p) {
+      const int64_t c0 = n0 + p * kTile, cols = N - c0 < kTile ? N - c0 : kTile;
       // B's 16-column panel, in place without tails, else copied (pair rows are already VNNI).
-      const char* b_ptr = reinterpret_cast<const char*>(B + n0 * 2);
-      int64_t b_stride = ldb * 2;
+      b_ptr[p] = reinterpret_cast<const char*>(B + c0 * 2);
+      b_stride[p] = ldb * 2;
       if (cols < kTile || K != Kp) {
-        for (int64_t k = 0; k < Kp; ++k) {
-          uint32_t* row = b_panel + k * kTile;
-          std::memset(row, 0, kTile * 4);
-          if (k < K) std::memcpy(row, B + k * ldb + n0 * 2, static_cast<size_t>(cols) * 4);
-        }
-        b_ptr = reinterpret_cast<const char*>(b_panel);
-        b_stride = kTile * 4;
-      }
-      memory_barrier();
-      _tile_zero(0);
-      for (int64_t k0 = 0; k0 < Kp; k0 += kTile) {
-        _tile_loadd(1, a_ptr + k0 * 4, a_stride);
-        _tile_loadd(2, b_ptr + k0 * b_stride, b_stride);
-        _tile_dpbf16ps(0, 1, 2);
-      }
-      _tile_stored(0, product, kTile * 4);
-      memory_barrier();
-      for (int64_t r = 0; r < rows; ++r) {
-        float* c = C + (m0 + r) * ldc + n0;
-        __m512 p = _mm512_load_ps(product + r * kTile);
-        if (mode == kAccumulate || (mode == kScaleAccumulate && rs == nullptr))
-          p = _mm512_add_ps(_mm512_loadu_ps(c), p);
-        else if (mode == kScaleAccumulate)
-          p = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(c), _mm512_set1_ps(rs[m0 + r])), p);
-        _mm512_storeu_ps(c, p);
+        const __mmask16 live = tail_mask(cols);
+        for (int64_t k = 0; k < Kp; ++k)
+          _mm512_store_si512(b_panel[p] + k * kTile,
+                             k < K ? _mm512_maskz_loadu_epi32(live, B + k * ldb + c0 * 2) : _mm512_setzero_si512());
+        b_ptr[p] = reinterpret_cast<const char*>(b_panel[p]);
+        b_stride[p] = kTile * 4;
       }
     }
+    for (int64_t m0 = 0; m0 < M; m0 += kTile) {
+      const int64_t rows = M - m0 < kTile ? M - m0 : kTile;
+      // A's 16-row strip, in place when its pairs run along k with no tail, else copied.
+      const char* a_ptr = reinterpret_cast<const char*>(A + m0 * sam);
+      int64_t a_stride = sam * 2;
+      if (sak != 2 || rows < kTile || K != Kp) {
+        for (int64_t m = 0; m < kTile; ++m)
+          for (int64_t k = 0; k < Kp; k += kTile) {
+            __m512i v = _mm512_setzero_si512();
+            const __mmask16 live = k < K ? tail_mask(K - k) : 0;
+            if (m < rows && sak == 2)  // pairs contiguous along k: masked vector loads
+              v = _mm512_maskz_loadu_epi32(live, A + (m0 + m) * sam + k * 2);
+            else if (m < rows)
+              for (int64_t j = k; j < K && j < k + kTile; ++j) {
+                uint32_t pair;
+                std::memcpy(&pair, A + (m0 + m) * sam + j * sak, 4);
+                v = _mm512_mask_set1_epi32(v, static_cast<__mmask16>(1u << (j - k)), static_cast<int>(pair));
+              }
+            _mm512_store_si512(a_strip + m * Kp + k, v);
+          }
+        a_ptr = reinterpret_cast<const char*>(a_strip);
+        a_stride = Kp * 4;
+      }
+      const bool direct = rows == kTile;
+      char* c_ptr = reinterpret_cast<char*>(C + m0 * ldc + n0);
+      const int64_t c_stride = ldc * 4;
+      compiler_barrier();
+      // Tile numbers are immediates: the four C tiles are spelled out.
+#define OP_GEMM_AMX_PANELS(X) X(0, 5) if (np > 1) { X(1, 6) } if (np > 2) { X(2, 5) } if (np > 3) { X(3, 6) }
+#define OP_GEMM_AMX_INIT(p, b)                                                             \
+  if (direct && mode != kOverwrite) _tile_loadd(p, c_ptr + (p) * kTile * 4, c_stride); \
+  else _tile_zero(p);
+      OP_GEMM_AMX_PANELS(OP_GEMM_AMX_INIT)
+      for (int64_t k0 = 0; k0 < Kp; k0 += kTile) {
+        _tile_loadd(4, a_ptr + k0 * 4, a_stride);
+#define OP_GEMM_AMX_STEP(p, b)                               \
+  _tile_loadd(b, b_ptr[p] + k0 * b_stride[p], b_stride[p]); \
+  _tile_dpbf16ps(p, 4, b);
+        OP_GEMM_AMX_PANELS(OP_GEMM_AMX_STEP)
+      }
+#define OP_GEMM_AMX_STORE(p, b)                                    \
+  if (direct) _tile_stored(p, c_ptr + (p) * kTile * 4, c_stride); \
+  else _tile_stored(p, product[p], kTile * 4);
+      OP_GEMM_AMX_PANELS(OP_GEMM_AMX_STORE)
+#undef OP_GEMM_AMX_STORE
+#undef OP_GEMM_AMX_STEP
+#undef OP_GEMM_AMX_INIT
+#undef OP_GEMM_AMX_PANELS
+      compiler_barrier();
+      if (direct) continue;
+      for (int64_t p = 0; p < np; ++p)
+        for (int64_t r = 0; r < rows; ++r) {
+          float* c = C + (m0 + r) * ldc + n0 + p * kTile;
+          __m512 v = _mm512_load_ps(product[p] + r * kTile);
+          if (accumulate)
+            v = _mm512_add_ps(_mm512_loadu_ps(c), v);
+          else if (mode == kScaleAccumulate)
+            v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(c), _mm512_set1_ps(rs[m0 + r])), v);
+          _mm512_storeu_ps(c, v);
+        }
+    }
   }
-  _tile_release();
   return true;
 }
 

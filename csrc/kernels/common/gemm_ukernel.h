@@ -28,6 +28,7 @@
 // tile kernel of gemm_amx.h instead.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "kernels/common/simd.h"
 #include "op_plugin/isa.h"
@@ -177,6 +178,19 @@ inline void gemm(int64_t M, int64_t N, int64_t K, const typename Ops::T* A, int6
     gemm_strip_nv<Ops, NV>(nv, tail_n != W, M, K, A, sam, sak, B + n0 * KP, ldb, C + n0, ldc, tail_n, rs, mode);
   }
 }
+
+// Holds the AMX tile configuration over a task whose gemm<Ops> calls run on tiles, so that each
+// call does not load it again (nothing otherwise).
+template <class Ops>
+struct GemmTaskScope {
+#if defined(__AVX512BF16__)
+  std::optional<amx::TileScope> tiles;
+  GemmTaskScope() {
+    if constexpr (Ops::kNativeBf16)
+      if (active_isa() == Isa::kAvx512Amx) tiles.emplace();
+  }
+#endif
+};
 
 }  // namespace OP_ISA_NS
 }  // namespace op_plugin

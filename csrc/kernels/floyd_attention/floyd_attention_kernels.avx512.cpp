@@ -12,6 +12,7 @@
 
 #include "floyd_attention.h"
 #include "kernels/common/gemm_ukernel.h"
+#include "kernels/common/profile.h"
 #include "op_plugin/isa.h"
 #include "op_plugin/parallel.h"
 
