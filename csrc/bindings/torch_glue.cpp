@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <ATen/core/Generator.h>
 #include <c10/util/Exception.h>
 
@@ -53,6 +55,38 @@ opTensor to_op_tensor(const at::Tensor& t) {
 void check_status(opStatus status, const char* op) {
   if (status == OP_SUCCESS) return;
   TORCH_CHECK(false, op, ": ", opGetLastErrorMessage(), " (", status_name(status), ")");
+}
+
+namespace {
+// The reused workspace of the calling thread: 64-byte aligned (as torch's allocator aligns), grown
+// to the largest request up to Workspace::kReusedWorkspaceBytes.
+struct ThreadWorkspace {
+  void* data = nullptr;
+  uint64_t bytes = 0;
+  ~ThreadWorkspace() { std::free(data); }
+  void* reserve(uint64_t want) {
+    if (want > bytes) {
+      const uint64_t rounded = (want + 4095) / 4096 * 4096;
+      void* grown = std::aligned_alloc(64, rounded);
+      TORCH_CHECK(grown != nullptr, "op_plugin: out of memory for a workspace of ", want, " bytes");
+      std::free(data);
+      data = grown;
+      bytes = rounded;
+    }
+    return data;
+  }
+};
+thread_local ThreadWorkspace t_workspace;
+}  // namespace
+
+Workspace::Workspace(uint64_t bytes) {
+  if (bytes == 0) return;
+  if (bytes <= kReusedWorkspaceBytes) {
+    data_ = t_workspace.reserve(bytes);
+  } else {
+    large_ = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
+    data_ = large_.data_ptr();
+  }
 }
 
 std::string upper(c10::string_view s) {

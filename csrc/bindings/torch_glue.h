@@ -31,6 +31,22 @@ struct ExecutorDeleter {
 };
 using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
 
+// Stage 2's workspace. One of up to kReusedWorkspaceBytes reuses a buffer kept per thread: a fresh
+// allocation of a few hundred KB per call is mapped and unmapped by malloc, and its page faults
+// cost a decode-size Floyd backward several times its kernel time. Larger ones are allocated per
+// call (a kept buffer of that size would pin the memory for the thread's life). A call finishes
+// with its workspace before it returns and kernels call no op, so one buffer per thread is enough.
+class Workspace {
+ public:
+  static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{8} << 20;
+  explicit Workspace(uint64_t bytes);
+  void* data() const { return data_; }
+
+ private:
+  at::Tensor large_;  // set only above kReusedWorkspaceBytes
+  void* data_ = nullptr;
+};
+
 // str / str? argument -> a NUL-terminated const char* (nullptr for None).
 class OptionalString {
  public:

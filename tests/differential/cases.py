@@ -390,13 +390,16 @@ def check_floyd(case: Case) -> None:
     torch.testing.assert_close(sm[..., 0].double(), ref_sum, **tol)
     names = ("dq", "dk1", "dv1", "dk2", "dv2")
     grads = op_plugin.fused_floyd_attention_grad(grad, *xs, out, mx, sm, atten_mask=mask, scale_value=scale)
-    _budget(names, grads, same_grads, ref_grads, d, dt)
+    # Every gradient goes through dS = P (dP - D) with D = rowsum(dY * O), a d-term dot product of
+    # the rounded forward output that PyTorch's composite does not form (it sums P dP): its
+    # rounding reaches every term of a row alike (visible where P is uniform, a fully masked row).
+    _budget(names, grads, same_grads, ref_grads, d, dt, summed=d)
     _same_in_fake(torch.ops.op_plugin.fused_floyd_attention.default, xs, dict(atten_mask=mask, scale_value=scale),
                   (mx, sm, out))
     _same_in_fake(torch.ops.op_plugin.fused_floyd_attention_grad.default, [grad, *xs, out, mx, sm],
                   dict(atten_mask=mask, scale_value=scale), grads)
     _, auto = _grads(lambda *t: op_plugin.fused_floyd_attention(*t, atten_mask=mask, scale_value=scale)[2], xs, grad)
-    _budget([f"autograd {n}" for n in names], auto, same_grads, ref_grads, d, dt)
+    _budget([f"autograd {n}" for n in names], auto, same_grads, ref_grads, d, dt, summed=d)
 
 
 # ---- block_attention_residuals / block_attention_residuals_grad ----------------------------------

@@ -125,6 +125,13 @@ constexpr int64_t kGroups = 2;   // dK2/dV2 partial buffers per (b, h)
 // Row strides padded by 64 bytes off a power of two, so that rows a GEMM walks down do not all
 // map to the same L1 sets: tile rows (LT floats), packed "B along d" rows, dK^T accumulator rows.
 constexpr int64_t LT = KB + 16;
+// The per-m loops (packing K2/V2, writing dK2/dV2 back) go parallel only in chunks of at least
+// this many elements: a parallel region costs microseconds, more than packing a decode-size slice.
+constexpr int64_t kMinChunkElems = 16384;
+inline int64_t m_grain(int64_t K, int64_t D) {
+  const int64_t per_m = K * D > 0 ? K * D : 1;
+  return kMinChunkElems / per_m > 1 ? kMinChunkElems / per_m : 1;
+}
 inline int64_t ru(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 inline int64_t bd_elems(int64_t K, int64_t D) { return ru(D, 2) * (ru(K, 2) + 16); }  // one slice
 inline int64_t acc_ld(int64_t K) { return ru(K, 16) + 16; }
