@@ -59,6 +59,24 @@ Isa active_isa() {
   return isa;
 }
 
+bool bf16_dot_full_rate() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool full_rate = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char vendor[13];
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    vendor[12] = '\0';
+    return std::strcmp(vendor, "AuthenticAMD") == 0;
+  }();
+  return full_rate && static_cast<int>(active_isa()) >= static_cast<int>(Isa::kAvx512Bf16);
+#else
+  return false;
+#endif
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kBaseline: return "baseline";

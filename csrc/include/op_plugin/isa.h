@@ -16,6 +16,13 @@ enum class Isa : int {
 Isa active_isa();
 const char* isa_name(Isa isa);
 
+// Whether vdpbf16ps (16 bf16 pair products a lane, 32 multiply-adds) issues as fast as a float32
+// FMA (16), so that bf16 GEMMs on it run at twice the float32 rate. Measured: AMD Zen 5 (EPYC,
+// family 26) yes, 1.6-2x faster flash attention than converting to float32; Intel Xeon 5th gen
+// no, vdpbf16ps issues at half the FMA rate there (docs/decisions.md). Decided by the CPU vendor
+// rather than timed at load, so every process on a machine takes the same path and gets the same bits.
+bool bf16_dot_full_rate();
+
 }  // namespace op_plugin
 
 // Version of the kernel library, reported by the helper module.

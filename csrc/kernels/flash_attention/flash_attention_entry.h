@@ -197,14 +197,15 @@ inline void choose_compute(opDataType dt, int64_t D, int64_t Dv, Plan* plan) {
     plan->compute = Compute::kF64;
   } else if (dt == OP_DT_FLOAT) {
     plan->compute = Compute::kF32;
-  } else if (dt == OP_DT_BF16 && kernels().amx && kernels().bf16_pairs && D % 2 == 0 && Dv % 2 == 0) {
+  } else if (dt == OP_DT_BF16 && (kernels().amx || bf16_dot_full_rate()) && kernels().bf16_pairs && D % 2 == 0 &&
+             Dv % 2 == 0) {
     // make_plan turns this into the AMX dataflow when the query side fills a tile.
     plan->compute = Compute::kBf16Pairs;
   } else {
     // fp16 always (bf16 pairs would lose 3 mantissa bits of every input: ~4-8x the error of a
-    // same-dtype PyTorch computation), bf16 with odd head dims, and bf16 without AMX: there
-    // vdpbf16ps runs at about half the fp32 FMA rate, and converting to float32 measured as fast
-    // (dense forward) to 1.9x faster (causal backward) than the pairs (docs/decisions.md).
+    // same-dtype PyTorch computation), bf16 with odd head dims, and bf16 without AMX where
+    // vdpbf16ps runs at half the fp32 FMA rate (Intel): converting to float32 measured as fast
+    // (dense forward) to 1.9x faster (causal backward) than the pairs there (docs/decisions.md).
     plan->compute = Compute::kF32;
     plan->stage_convert = true;
   }
