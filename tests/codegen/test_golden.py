@@ -2,7 +2,8 @@
 
 Also: write-if-changed, --check, the manifest, per-op rewrites, and the expression renderers.
 Regenerate the goldens after an intended change with ``python -m pytest tests/codegen --update-golden``
-and review the diff.
+(each regenerated fixture then fails, so the switch can never make a run pass), review the diff and
+rerun without it.
 """
 from __future__ import annotations
 
@@ -57,7 +58,10 @@ def test_golden(fixture: str, tmp_path: Path, update_golden: bool) -> None:
     if update_golden:
         shutil.rmtree(golden_dir, ignore_errors=True)
         shutil.copytree(out, golden_dir)
-        return
+        # Fails on purpose: a run with the switch left on (an exported OP_PLUGIN_UPDATE_GOLDEN=1)
+        # compares nothing, so it must never pass.
+        pytest.fail(f"golden/{fixture} regenerated: review the diff (git diff {golden_dir}), then rerun "
+                    "without --update-golden / OP_PLUGIN_UPDATE_GOLDEN")
     expected = _tree(golden_dir)
     assert sorted(got) == sorted(expected), "generated file set differs from the golden one"
     for rel, text in got.items():
