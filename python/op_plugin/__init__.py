@@ -66,7 +66,8 @@ def strict(enabled: bool = True) -> _Iterator[None]:
 
 def workspace_size(op: str, *args: object, **kwargs: object) -> int:
     """Bytes of workspace ``op(*args, **kwargs)`` would ask for (runs checks and stage 1 only)."""
-    return int(getattr(_C, f"{op}_workspace_size")(*args, **kwargs))
+    # Each op's binding registers the torch op _<op>_workspace_size with the op's schema.
+    return int(getattr(_torch.ops.op_plugin, f"_{op}_workspace_size")(*args, **kwargs))
 
 
 def isa_level() -> str:
