@@ -81,7 +81,9 @@ setup(
             # on one thread. The libgomp it links is the one torch already loaded (same soname), so
             # torch.set_num_threads governs both.
             # No -std: torch's cpp_extension adds the standard its headers need (C++20).
-            extra_compile_args=["-O2", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'] + sanitize,
+            # -g0: Python's CFLAGS carry -g, and debug info for torch's headers makes every binding
+            # compile slower and the module larger (the sanitizer build's -g comes later and wins).
+            extra_compile_args=["-O2", "-g0", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'] + sanitize,
             extra_link_args=["-fopenmp"] + sanitize,
         )
     ],
