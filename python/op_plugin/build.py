@@ -217,8 +217,9 @@ class _OpPackageSources:
         self.generated = os.path.join(self.build_dir, "generated")
         self.sdk = installed_sdk()
         self.glue = os.path.join(self.sdk, SDK_BINDINGS)
-        self.include_dirs = [os.path.join(self.sdk, "include"), os.path.dirname(self.glue),
-                             os.path.join(self.generated, "include")]
+        # The package's generated headers first: they must win over the SDK's op headers.
+        self.include_dirs = [os.path.join(self.generated, "include"), os.path.join(self.sdk, "include"),
+                             os.path.dirname(self.glue)]
         self._generated = False
 
     def generate(self) -> None:
