@@ -201,30 +201,30 @@ def test_manifest_lists_every_file_and_removes_files_of_a_deleted_op(tmp_path: P
 
 
 def test_editing_one_entry_rewrites_only_its_files(tmp_path: Path) -> None:
+    """A file names its entry, not the entry's hash or line: an edit rewrites exactly the files whose
+    text it changes (so only their objects recompile)."""
     reg, out = tmp_path / "reg.yaml", tmp_path / "out"
     reg.write_text(TWO_OPS)
     generate(str(reg), str(out))
 
-    # A new default: op_b's files and the Python modules with op_b's signature.
+    # A new default: op_b's binding (its schema) and kernel header (the C++ signature's comment),
+    # the Python modules with op_b's signature; not op_b's checks or stages.
     reg.write_text(TWO_OPS.replace("int n=1", "int n=2"))
     fm = generate(str(reg), str(out))
-    assert set(fm.written) == _files_of("op_b") | AGGREGATE_PYTHON
-    assert set(fm.unchanged) == _files_of("op_a") | AGGREGATE_CPP
+    assert set(fm.written) == {"bindings/op_b.cpp", "include/op_plugin/ops/op_b.h"} | AGGREGATE_PYTHON
+    assert set(fm.unchanged) == (_files_of("op_a") | _files_of("op_b") | AGGREGATE_CPP) - set(fm.written)
 
-    # Editing op_a's doc in place: op_a's files and ops.py (its docstrings).
+    # Editing op_a's doc in place: ops.py (its docstrings) alone; no C++ file.
     edited = TWO_OPS.replace("int n=1", "int n=2").replace("doc: first", "doc: first, edited")
     reg.write_text(edited)
     fm = generate(str(reg), str(out))
-    assert set(fm.written) == _files_of("op_a") | {"python/ops.py"}
-    assert set(fm.unchanged) == _files_of("op_b") | AGGREGATE - {"python/ops.py"}
+    assert set(fm.written) == {"python/ops.py"}
 
-    # Moving op_b down (a longer op_a doc) touches op_a's files, not op_b's: per-op files carry
-    # their entry's hash, not its line; fakes.py names each op's file:LINE.
+    # Moving op_b down (a longer op_a doc): fakes.py names each op's file:LINE; no C++ file changes.
     reg.write_text(edited.replace("doc: first, edited", "doc: |\n    first\n    and more"))
     fm = generate(str(reg), str(out))
-    moved = {"python/ops.py", "python/fakes.py"}
-    assert set(fm.written) == _files_of("op_a") | moved
-    assert set(fm.unchanged) == _files_of("op_b") | AGGREGATE - moved
+    assert set(fm.written) == {"python/ops.py", "python/fakes.py"}
+    assert set(fm.unchanged) == _files_of("op_a") | _files_of("op_b") | AGGREGATE_CPP | {"python/ops.pyi"}
 
 
 def test_appending_an_op_writes_only_its_files_and_the_python_modules(tmp_path: Path) -> None:
