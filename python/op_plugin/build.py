@@ -301,4 +301,5 @@ def op_package(package: str, registry: str, kernel_sources: Sequence[str], names
             extension.extra_link_args = ["-fopenmp", *sources.link_args()]
             super().run()
 
-    return {"ext_modules": [extension], "cmdclass": {"build_ext": BuildExtWithKernels, "build_py": BuildPyWithGenerated}}
+    return {"ext_modules": [extension],
+            "cmdclass": {"build_ext": BuildExtWithKernels, "build_py": BuildPyWithGenerated}}
