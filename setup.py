@@ -24,7 +24,7 @@ def _load_build_helpers():
 
 
 helpers = _load_build_helpers()
-helpers.run_codegen("op_plugin_functions.yaml", GENERATED, ROOT)
+helpers.run_codegen("op_plugin_functions.yaml", GENERATED, cwd=ROOT)
 
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 import torch  # noqa: E402
@@ -43,18 +43,19 @@ if sanitize:
 
 
 class BuildPyWithGenerated(build_py):
-    """Copies the generated Python modules into op_plugin/_generated/, the generator into
-    op_plugin/_tree/ (so op-plugin list/gen/new and op_package work without a checkout), the C++
-    SDK into op_plugin/{include,lib,share} and records the torch version."""
+    """Copies the generated Python modules into op_plugin/_generated/, the registry into op_plugin/
+    (op-plugin list/show/gen away from a checkout), the C++ SDK into op_plugin/{include,lib,share}
+    and records the torch version. The generator is a package of its own (packages= below)."""
 
     def run(self):
         super().run()
-        helpers.copy_generated_python(GENERATED, os.path.join(self.build_lib, "op_plugin", "_generated"),
-                                      "op_plugin_functions.yaml")
-        helpers.copy_tree_parts(ROOT, os.path.join(self.build_lib, "op_plugin", helpers.TREE))
-        # The C++ SDK: headers, the shared kernel library and a CMake package config.
+        package = os.path.join(self.build_lib, "op_plugin")
+        helpers.copy_generated_python(GENERATED, os.path.join(package, "_generated"), "op_plugin_functions.yaml")
+        self.copy_file(os.path.join(ROOT, "op_plugin_functions.yaml"), package)
+        # The C++ SDK: headers, the shared kernel library, a CMake package config, the bindings' torch glue.
         helpers.install_sdk([os.path.join(ROOT, "csrc", "include"), os.path.join(ROOT, GENERATED, "include")],
-                            os.path.join(kernels_dir, helpers.SHARED_LIBRARY), os.path.join(self.build_lib, "op_plugin"))
+                            os.path.join(kernels_dir, helpers.SHARED_LIBRARY), os.path.join(ROOT, "csrc", "bindings"),
+                            package)
         with open(os.path.join(self.build_lib, "op_plugin", "_build_info.py"), "w") as f:
             f.write(f'TORCH_VERSION = "{torch.__version__}"\nBUILD_FLAGS = {build_flags!r}\n')
 
@@ -64,8 +65,12 @@ setup(
     # across releases); op_plugin/__init__.py refuses to load under another.
     install_requires=[f"torch=={torch.__version__.split('+')[0]}", "jinja2", "pyyaml"],
     packages=["op_plugin", "op_plugin.models", "op_plugin.compat", "op_plugin.compat.cann_ops_transformer",
-              "op_plugin.compat.cann_ops_transformer.ops", "op_plugin.compat.cann_ops_transformer.ops.attention"],
-    package_dir={"": "python"},
+              "op_plugin.compat.cann_ops_transformer.ops", "op_plugin.compat.cann_ops_transformer.ops.attention",
+              # The generator, importable as `codegen` from the wheel as from a checkout's root; the
+              # checkout's top-level templates/ become its package data (codegen/templates/).
+              "codegen", "codegen.api", "codegen.dest", "codegen.templates"],
+    package_dir={"": "python", "codegen": "codegen", "codegen.templates": "templates"},
+    package_data={"codegen.templates": ["*.j2", "scaffold/*.j2"]},
     ext_modules=[
         CppExtension(
             "op_plugin._C",
@@ -76,7 +81,9 @@ setup(
             # on one thread. The libgomp it links is the one torch already loaded (same soname), so
             # torch.set_num_threads governs both.
             # No -std: torch's cpp_extension adds the standard its headers need (C++20).
-            extra_compile_args=["-O2", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'] + sanitize,
+            # -g0: Python's CFLAGS carry -g, and debug info for torch's headers makes every binding
+            # compile slower and the module larger (the sanitizer build's -g comes later and wins).
+            extra_compile_args=["-O2", "-g0", "-fopenmp", f'-DOP_PLUGIN_BUILD_FLAGS="{build_flags}"'] + sanitize,
             extra_link_args=["-fopenmp"] + sanitize,
         )
     ],

@@ -6,7 +6,17 @@ from dataclasses import dataclass, field
 
 import jinja2
 
-TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
+
+
+def _templates_dir() -> str:
+    """The Jinja templates: package data of the installed codegen package (the wheel maps the
+    checkout's top-level templates/ to codegen/templates/), else the checkout's templates/."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(package, "templates")
+    return installed if os.path.isdir(installed) else os.path.join(os.path.dirname(package), "templates")
+
+
+TEMPLATES_DIR = _templates_dir()
 
 
 def jinja_environment(templates_dir: str = TEMPLATES_DIR, namespace: str = "op_plugin",

@@ -283,8 +283,17 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
     return OpEntry(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs), dtypes=dtypes,
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
-                   entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16],
+                   entry_hash=_entry_hash(entry_text),
                    int_outputs=tuple(int_outputs), random_when=random_when, enums=tuple(enum_args.items()))
+
+
+def _entry_hash(entry_text: str) -> str:
+    """The hash per-op files carry: of the entry itself, without the blank and comment lines that
+    follow it (they precede the next entry), so appending an entry leaves the last one's files alone."""
+    lines = entry_text.strip().splitlines()
+    while lines and lines[-1].startswith("#"):  # a top-level comment, never inside the entry
+        lines.pop()
+    return hashlib.sha256("\n".join(lines).strip().encode()).hexdigest()[:16]
 
 
 def _parse_random(e: dict[str, Any], op: str, env: dict[str, str], errors: _Errors) -> Optional[E.Expr]:

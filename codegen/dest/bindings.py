@@ -54,38 +54,6 @@ def _kernel_arg(p: cpp.KernelParam) -> str:
     return p.name
 
 
-_PYBIND_TYPES = {E.TENSOR: "const at::Tensor&", E.TENSOR + E.OPTIONAL: "const std::optional<at::Tensor>&",
-                 E.INT: "int64_t", E.INT + E.OPTIONAL: "std::optional<int64_t>", E.FLOAT: "double",
-                 E.FLOAT + E.OPTIONAL: "std::optional<double>", E.BOOL: "bool", E.STR: "const std::string&",
-                 E.STR + E.OPTIONAL: "const std::optional<std::string>&",
-                 E.INT_LIST: "const std::vector<int64_t>&",
-                 E.INT_LIST + E.OPTIONAL: "const std::optional<std::vector<int64_t>>&"}
-
-
-def _pybind_default(a: Any) -> str:
-    d = a.default
-    if d is None:
-        return ""
-    if d == "None":
-        return "pybind11::none()"
-    if d in ("True", "False"):
-        return d.lower()
-    if d.startswith('"'):
-        return f"std::string({d})"
-    return d
-
-
-def _pybind_forward(b: cpp.BindingArg) -> str:
-    """Converts a pybind-friendly value to the dispatcher type the binding takes."""
-    if b.kind == E.STR:
-        return f"c10::string_view({b.name})"
-    if b.kind == E.STR + E.OPTIONAL:
-        return f"{b.name} ? std::optional<c10::string_view>(*{b.name}) : std::nullopt"
-    if b.kind == E.INT_LIST + E.OPTIONAL:
-        return f"{b.name} ? at::OptionalIntArrayRef(*{b.name}) : at::OptionalIntArrayRef()"
-    return b.name
-
-
 def _binding_context(op: OpEntry) -> dict[str, Any]:
     func = op.func
     args = cpp.binding_args(func)
@@ -94,7 +62,6 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
     render = cpp.ExprRenderer(env_of(op))
     outputs = [{"name": o.name, "shape": render(o.shape), "dtype": render(o.dtype)} for o in op.outputs]
     rng = ", uint64_t rng_seed, uint64_t rng_offset" if op.random_when is not None else ""
-    by_name = {a.name: a for a in func.arguments.flat_all}
     has_tensor_input = any(E.kind_of_type(a.type) == E.TENSOR for a in func.arguments.flat_all)
     return {
         "op": op,
@@ -116,19 +83,21 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
         "binding_params": ", ".join(f"{b.cpp_type} {b.name}" for b in args),
         "binding_names": ", ".join(b.name for b in args),
         "returns_type": cpp.binding_returns(func),
-        "pybind_params": ", ".join(f"{_PYBIND_TYPES[b.kind]} {b.name}" for b in args),
-        "pybind_forward": ", ".join(_pybind_forward(b) for b in args),
-        "pybind_args": [{"name": b.name, "default": _pybind_default(by_name[b.name])} for b in args],
+        "schema_literal": cpp.cpp_string(str(func)),
+        "tags": [_TAGS[t] for t in op.tags],
+        "workspace_op": workspace_op_name(op),
+        "workspace_schema_literal": cpp.cpp_string(f"{workspace_op_name(op)}({func.arguments}) -> int"),
     }
 
 
+def workspace_op_name(op: OpEntry) -> str:
+    """The torch op answering how much workspace a call of ``op`` would need (op_plugin.workspace_size)."""
+    return f"_{op.name}_workspace_size"
+
+
 def emit(registry: Registry, fm: FileManager) -> None:
-    defs = [{"loc": op.loc, "schema_literal": cpp.cpp_string(str(op.func)),
-             "tags": [_TAGS[t] for t in op.tags]} for op in registry.ops]
-    fm.write("bindings/register_schema.cpp", "register_schema.cpp.j2", registry.source, ops=defs)
-    contexts = [_binding_context(op) for op in registry.ops]
-    for ctx in contexts:
-        fm.write(f"bindings/{ctx['op'].name}.cpp", "op_binding.cpp.j2", ctx["op"].source, **ctx)
-    helpers = [{"name": c["op"].name, "binding_params": c["binding_params"], "pybind_params": c["pybind_params"],
-                "pybind_forward": c["pybind_forward"], "pybind_args": c["pybind_args"]} for c in contexts]
-    fm.write("bindings/helpers_module.cpp", "helpers_module.cpp.j2", registry.source, ops=helpers)
+    # The two files shared by every op name none, so that adding an op recompiles only its own binding.
+    fm.write("bindings/register_schema.cpp", "register_schema.cpp.j2", registry.source)
+    for op in registry.ops:
+        fm.write(f"bindings/{op.name}.cpp", "op_binding.cpp.j2", op.source, **_binding_context(op))
+    fm.write("bindings/helpers_module.cpp", "helpers_module.cpp.j2", registry.source)

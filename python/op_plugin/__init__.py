@@ -13,20 +13,37 @@ import os as _os
 
 import torch as _torch
 
-from op_plugin._build_info import TORCH_VERSION as _BUILT_FOR
+try:
+    from op_plugin._build_info import TORCH_VERSION as _BUILT_FOR
+except ModuleNotFoundError as _missing:
+    if _missing.name != "op_plugin._build_info":
+        raise
+    _BUILT_FOR = None  # python/ of a checkout before any build (the build writes _build_info.py)
 
-# The extension links torch's C++ API, which changes between releases: refuse another release
-# (the wheel's metadata pins it too). Builds of one release (+cpu, +cu130) share the C++ API.
-if str(_torch.__version__).split("+")[0] != _BUILT_FOR.split("+")[0]:
-    raise ImportError(
-        f"op_plugin was built against torch {_BUILT_FOR} but torch {_torch.__version__} is installed; "
-        f"install torch=={_BUILT_FOR.split('+')[0]} or rebuild op_plugin")
+if _BUILT_FOR is None:
+    # The command line's registry commands (python -m op_plugin list/show/check/gen/new) work
+    # without a build; everything else says what is missing.
+    class _NotBuilt:
+        def __getattr__(self, name: str) -> object:
+            raise ImportError(f"op_plugin at {_os.path.dirname(__file__)} is a source tree that is not built (no "
+                              "extension): build and install it (bash ci/build.sh), or import the installed one")
 
-from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
-from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
-from op_plugin._generated.ops import *  # noqa: E402,F401,F403
-from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402,F401  (demo, doctor)
-from op_plugin._generated.ops import __all__ as _generated_names  # noqa: E402  (the ops and their enums)
+    _C = _NotBuilt()
+    _op_names: list[str] = []
+    _generated_names: list[str] = []
+else:
+    # The extension links torch's C++ API, which changes between releases: refuse another release
+    # (the wheel's metadata pins it too). Builds of one release (+cpu, +cu130) share the C++ API.
+    if str(_torch.__version__).split("+")[0] != _BUILT_FOR.split("+")[0]:
+        raise ImportError(
+            f"op_plugin was built against torch {_BUILT_FOR} but torch {_torch.__version__} is installed; "
+            f"install torch=={_BUILT_FOR.split('+')[0]} or rebuild op_plugin")
+
+    from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
+    from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
+    from op_plugin._generated.ops import *  # noqa: E402,F401,F403
+    from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402,F401  (demo, doctor)
+    from op_plugin._generated.ops import __all__ as _generated_names  # noqa: E402  (the ops and their enums)
 
 __version__ = "0.1.0"
 
@@ -49,7 +66,8 @@ def strict(enabled: bool = True) -> _Iterator[None]:
 
 def workspace_size(op: str, *args: object, **kwargs: object) -> int:
     """Bytes of workspace ``op(*args, **kwargs)`` would ask for (runs checks and stage 1 only)."""
-    return int(getattr(_C, f"{op}_workspace_size")(*args, **kwargs))
+    # Each op's binding registers the torch op _<op>_workspace_size with the op's schema.
+    return int(getattr(_torch.ops.op_plugin, f"_{op}_workspace_size")(*args, **kwargs))
 
 
 def isa_level() -> str:
@@ -74,4 +92,6 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module(f"op_plugin.{name}")
+    if _BUILT_FOR is None and not name.startswith("__"):
+        getattr(_C, name)  # raises: not built
     raise AttributeError(f"module 'op_plugin' has no attribute {name!r}")

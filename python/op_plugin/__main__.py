@@ -12,9 +12,9 @@
     bench [FAMILY ...]    the benchmarks' ratio table (benchmarks/run.py); --plot FILE.png draws
                           throughput against sequence length for the attention ops
 
-list, show, check, gen and new use op_plugin's generator (codegen/, templates/): the one of the checkout
-around the working directory or at OP_PLUGIN_ROOT, else the copy the installed wheel carries. bench needs
-a checkout (benchmarks/).
+list, show, check, gen and new need no build: they use the generator (the codegen package, with its
+templates) and the registry of the checkout at OP_PLUGIN_ROOT or around the working directory, else
+those the installed wheel carries (op_plugin._checkout finds them). bench needs a checkout (benchmarks/).
 """
 from __future__ import annotations
 
@@ -24,26 +24,26 @@ import sys
 import time
 from pathlib import Path
 
+from op_plugin._checkout import checkout_root, registry_path
 
-def _source_root() -> Path:
-    """The op_plugin source tree (codegen/, templates/, op_plugin_functions.yaml), importable:
-    OP_PLUGIN_ROOT, a checkout around the working directory, or the wheel's copy (op_plugin/_tree)."""
-    candidates = [Path(os.environ["OP_PLUGIN_ROOT"])] if os.environ.get("OP_PLUGIN_ROOT") else []
-    candidates += [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parent / "_tree"]
-    for root in candidates:
-        if (root / "codegen" / "generate.py").is_file() and (root / "templates").is_dir():
-            if str(root) not in sys.path:
-                sys.path.insert(0, str(root))
-            return root
-    raise SystemExit("op-plugin: this command needs op_plugin's generator (codegen/, templates/), which is neither "
-                     "in a checkout here nor in the installed package; run it from a checkout or set OP_PLUGIN_ROOT")
+
+def _import_codegen() -> None:
+    """The generator is the ``codegen`` package: a checkout's (its root on sys.path, as ``python -m``
+    run from the root puts it) or the installed wheel's."""
+    try:
+        import codegen  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "codegen":
+            raise
+        raise SystemExit("op-plugin: this command needs op_plugin's generator (the codegen package): install "
+                         "op_plugin, or run it from the root of a checkout") from None
 
 
 def _load(registry: str | None, torch_version: str | None = None):
-    root = _source_root()
+    _import_codegen()
     from codegen.parse import RegistryError, load_registry
 
-    path = registry or str(root / "op_plugin_functions.yaml")
+    path = registry or str(registry_path())
     try:
         return load_registry(path, registry or "op_plugin_functions.yaml", torch_version), None
     except RegistryError as e:
@@ -71,14 +71,14 @@ def _new(name: str, directory: str | None, namespace: str) -> int:
     import keyword
     import re
 
-    root = _source_root()
+    _import_codegen()
     from codegen.file_manager import jinja_environment
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
         print(f"op-plugin new: {name!r} is not an op name (lower_case_with_underscores)", file=sys.stderr)
         return 1
-    # The wheel's copy of the tree is no place for new ops: without --dir they go to the working directory.
-    target = Path(directory) if directory else (Path.cwd() if root.name == "_tree" else root)
+    # Without --dir: into the checkout, or outside one into the working directory.
+    target = Path(directory) if directory else (checkout_root() or Path.cwd())
     registry = target / "op_plugin_functions.yaml"
     kernel_path = target / "csrc" / "kernels" / name / f"{name}_kernel.cpp"
     test_path = target / "tests" / "ops" / f"test_{name}.py"
@@ -89,7 +89,7 @@ def _new(name: str, directory: str | None, namespace: str) -> int:
         print(f"op-plugin new: {name} exists already: {', '.join(existing)}", file=sys.stderr)
         return 1
     kernel = "".join(part.capitalize() for part in name.split("_"))
-    env = jinja_environment(str(root / "templates"), namespace=namespace)
+    env = jinja_environment(namespace=namespace)
     context = dict(name=name, kernel=kernel, kernel_path=os.path.relpath(kernel_path, target))
     entry = env.get_template("scaffold/entry.yaml.j2").render(**context)
     if not registry.exists():
@@ -106,8 +106,9 @@ def _new(name: str, directory: str | None, namespace: str) -> int:
 
 
 def _bench(families: list[str], quick: bool, plot_path: str | None) -> int:
-    benchmarks = _source_root() / "benchmarks"
-    if not (benchmarks / "run.py").is_file():
+    root = checkout_root()
+    benchmarks = root / "benchmarks" if root else None
+    if benchmarks is None or not (benchmarks / "run.py").is_file():
         raise SystemExit("op-plugin bench: the benchmarks are not installed with the wheel; run it from a checkout "
                          "or set OP_PLUGIN_ROOT")
     sys.path.insert(0, str(benchmarks))
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         from codegen.generate import generate
 
         start = time.perf_counter()
-        fm = generate(args.registry or str(_source_root() / "op_plugin_functions.yaml"), args.out,
+        fm = generate(args.registry or str(registry_path()), args.out,
                       display_path=registry.path, namespace=args.namespace, torch_version=args.torch)
         print(f"op-plugin gen: {len(registry.ops)} ops, {len(fm.written)} files written, {len(fm.unchanged)} unchanged "
               f"in {args.out} ({time.perf_counter() - start:.2f} s)")

@@ -2,9 +2,10 @@
 
 Used by this project's setup.py (loaded by path, before op_plugin is installed) and by
 out-of-tree op packages, which import it from an installed op_plugin: ``op_package`` gives their
-setup.py everything to build their own registry and kernels (see tests/fixtures/toy_op/setup.py).
-The generator they need (codegen/, templates/, csrc/ runtime and headers) is found by
-``op_plugin_root``: a checkout, or the copy the wheel carries as ``op_plugin/_tree``.
+setup.py the build commands for their own registry and kernels (see tests/fixtures/toy_op/). What
+they need comes from the installed wheel: the generator (the ``codegen`` package) and the C++ SDK
+(``include/``, ``lib/libop_plugin_kernels.so`` with the runtime, ``share/op_plugin/bindings/``
+with the torch glue the generated bindings call).
 
 The kernel library is compiled by a generated ninja file rather than by setuptools, because
 kernels are compiled per ISA level: a source named ``*.avx512.cpp`` or ``*.avx2.cpp`` gets that
@@ -39,50 +40,6 @@ def sanitize_flags() -> str:
     return SANITIZE_FLAGS if os.environ.get("OP_PLUGIN_SANITIZE", "") == "1" else ""
 
 
-# What of the source tree the wheel carries in op_plugin/_tree (setup.py copies them): enough to
-# run the generator and build another registry's ops without a checkout.
-TREE = "_tree"
-TREE_PARTS = ("codegen", "templates", os.path.join("csrc", "include"), os.path.join("csrc", "runtime"),
-              os.path.join("csrc", "bindings"), "op_plugin_functions.yaml")
-
-
-def is_source_tree(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "codegen", "generate.py")) and os.path.isdir(os.path.join(path, "templates"))
-
-
-def op_plugin_root(root: str | None = None) -> str:
-    """op_plugin's generator tree: ``root`` if given, else $OP_PLUGIN_ROOT, else the checkout this
-    module lies in (python/op_plugin/build.py), else the copy in the installed wheel (op_plugin/_tree)."""
-    explicit = root or os.environ.get("OP_PLUGIN_ROOT")
-    if explicit:
-        if not is_source_tree(explicit):
-            what = "op_plugin_root" if root else "OP_PLUGIN_ROOT"
-            raise ValueError(f"{what}={explicit!r} is not op_plugin's source tree (no codegen/generate.py and templates/)")
-        return os.path.abspath(explicit)
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.dirname(os.path.dirname(here)), os.path.join(here, TREE)):
-        if is_source_tree(candidate):
-            return candidate
-    raise FileNotFoundError(f"op_plugin's generator is neither in a checkout around {here} nor in {TREE}/ of the "
-                            "installed package; reinstall op_plugin or set OP_PLUGIN_ROOT to a checkout")
-
-
-_find_root = op_plugin_root  # for functions whose argument of that name shadows it
-
-
-def copy_tree_parts(root: str, target: str) -> None:
-    """Copies TREE_PARTS of the source tree ``root`` into ``target`` (setup.py: op_plugin/_tree)."""
-    import shutil
-
-    for part in TREE_PARTS:
-        src, dst = os.path.join(root, part), os.path.join(target, part)
-        if os.path.isdir(src):
-            shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy(src, dst)
-
-
 def copy_generated_python(generated: str, target: str, registry: str) -> None:
     """Copies the generated Python modules (generated/python: fakes, ops, .pyi) into the
     package directory ``target`` (``<package>/_generated``), made a package of its own."""
@@ -102,13 +59,14 @@ def isa_of(source: str) -> str:
     return suffix if suffix in ISA_FLAGS else ""
 
 
-def run_codegen(registry: str, out_dir: str, root: str, namespace: str = "op_plugin", extension: str = "_C") -> None:
-    """Runs ``python -m codegen`` from ``root`` (where the codegen package lives); it prints how
-    many files it wrote and how many were unchanged. Relative paths are relative to ``root``. The
-    registry's ``torch:`` ranges resolve against the torch of this interpreter."""
-    cmd = [sys.executable, "-m", "codegen", "--registry", os.path.join(root, registry),
-           "--out", os.path.join(root, out_dir), "--namespace", namespace, "--extension", extension]
-    subprocess.run(cmd, check=True, cwd=root)
+def run_codegen(registry: str, out_dir: str, namespace: str = "op_plugin", extension: str = "_C",
+                cwd: str | None = None) -> None:
+    """Runs ``python -m codegen`` (the checkout's from its root ``cwd``, else the installed one); it
+    prints how many files it wrote and how many were unchanged. Relative paths are relative to
+    ``cwd``. The registry's ``torch:`` ranges resolve against the torch of this interpreter."""
+    cmd = [sys.executable, "-m", "codegen", "--registry", registry, "--out", out_dir, "--namespace", namespace,
+           "--extension", extension]
+    subprocess.run(cmd, check=True, cwd=cwd)
 
 
 def _cxx11_abi_flag() -> str:
@@ -176,8 +134,10 @@ def build_kernels(build_dir: str, sources: Sequence[str], include_dirs: Sequence
     return library
 
 
-# The C++ SDK (docs/kernel_api.md): the wheel's op_plugin/lib, include and share/cmake.
+# The C++ SDK (docs/kernel_api.md): the wheel's op_plugin/lib, include and share/cmake; and
+# share/op_plugin (its bindings/ directory, included as "bindings/torch_glue.h") for op packages.
 SHARED_LIBRARY = "libop_plugin_kernels.so"
+SDK_BINDINGS = os.path.join("share", "op_plugin", "bindings")
 SDK_CMAKE_CONFIG = '''# OpPlugin: op_plugin's kernel library as a C++ SDK (find_package(OpPlugin) with
 # CMAKE_PREFIX_PATH from `python -c "import op_plugin; print(op_plugin.cmake_prefix_path)"`).
 # Target OpPlugin::kernels: the torch-free kernel API (headers, libop_plugin_kernels.so).
@@ -193,12 +153,14 @@ set(OpPlugin_FOUND TRUE)
 '''
 
 
-def install_sdk(include_dirs: Sequence[str], shared_library: str, target: str) -> None:
+def install_sdk(include_dirs: Sequence[str], shared_library: str, bindings: str, target: str) -> None:
     """Copies the SDK into the package directory ``target``: the public headers (each
     ``include_dirs`` entry's op_plugin/ tree: the hand-written API and the generated op headers),
-    lib/ with the shared kernel library, share/cmake/OpPlugin/OpPluginConfig.cmake."""
+    lib/ with the shared kernel library, share/cmake/OpPlugin/OpPluginConfig.cmake, and the torch
+    glue of the generated bindings (``bindings``: csrc/bindings) as share/op_plugin/bindings/."""
     import shutil
 
+    shutil.copytree(bindings, os.path.join(target, SDK_BINDINGS), dirs_exist_ok=True)
     for d in include_dirs:
         shutil.copytree(os.path.join(d, "op_plugin"), os.path.join(target, "include", "op_plugin"), dirs_exist_ok=True)
     os.makedirs(os.path.join(target, "lib"), exist_ok=True)
@@ -231,77 +193,113 @@ def generated_kernel_sources(generated: str) -> list[str]:
     return sorted(glob.glob(os.path.join(generated, "kernels", "*.cpp")))
 
 
-def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: str, namespace: str,
-                     extension: str, op_plugin_root: str | None = None) -> str:
-    """Generates and compiles the ops of another registry as torch.ops.<namespace>.*, in process
-    (torch.utils.cpp_extension.load; a development loop, ``op_package`` is the setup.py path).
+def installed_sdk() -> str:
+    """The installed op_plugin package directory, which holds the C++ SDK (include/, lib/, share/)."""
+    import importlib.util
 
-    ``op_plugin_root`` is op_plugin's source tree (default: ``op_plugin_root()``). Returns the
-    directory of the generated Python modules (fakes.py, ops.py); import the
+    spec = importlib.util.find_spec("op_plugin")
+    package = os.path.dirname(spec.origin) if spec and spec.origin else ""
+    if not os.path.isfile(os.path.join(package, "lib", SHARED_LIBRARY)):
+        raise FileNotFoundError(f"op_plugin's C++ SDK is not in {package or 'any op_plugin on sys.path'} "
+                                "(no lib/libop_plugin_kernels.so): install op_plugin's wheel first")
+    return package
+
+
+class _OpPackageSources:
+    """Generation and the kernel library of an op package, run once by whichever build command
+    needs them first (build_py for the generated Python, build_ext for the bindings)."""
+
+    def __init__(self, registry: str, kernel_sources: Sequence[str], build_dir: str, namespace: str,
+                 extension: str) -> None:
+        self.registry, self.namespace, self.extension = os.path.abspath(registry), namespace, extension
+        self.kernel_sources = [os.path.abspath(s) for s in kernel_sources]
+        self.build_dir = os.path.abspath(build_dir)
+        self.generated = os.path.join(self.build_dir, "generated")
+        self.sdk = installed_sdk()
+        self.glue = os.path.join(self.sdk, SDK_BINDINGS)
+        # The package's generated headers first: they must win over the SDK's op headers.
+        self.include_dirs = [os.path.join(self.generated, "include"), os.path.join(self.sdk, "include"),
+                             os.path.dirname(self.glue)]
+        self._generated = False
+
+    def generate(self) -> None:
+        if not self._generated:
+            run_codegen(self.registry, self.generated, self.namespace, self.extension)
+            self._generated = True
+
+    def kernel_library(self) -> str:
+        """The package's kernels and generated checks, compiled with ninja (per-ISA sources allowed)."""
+        self.generate()
+        sources = generated_kernel_sources(self.generated) + self.kernel_sources
+        names = [os.path.basename(s) for s in sources]
+        clashes = sorted({n for n in names if names.count(n) > 1})
+        if clashes:  # ar keeps one member per file name
+            raise ValueError(f"kernel_sources: file names must be unique, but {clashes} repeat")
+        return build_kernels(os.path.join(self.build_dir, "kernels"), sources, self.include_dirs)
+
+    def binding_sources(self) -> list[str]:
+        self.generate()
+        return (sorted(glob.glob(os.path.join(self.generated, "bindings", "*.cpp"))) +
+                sorted(glob.glob(os.path.join(self.glue, "*.cpp"))))
+
+    def link_args(self) -> list[str]:
+        """The SDK's kernel library (op_plugin's runtime), found at run time where it is installed."""
+        lib = os.path.join(self.sdk, "lib")
+        return [f"-L{lib}", "-lop_plugin_kernels", f"-Wl,-rpath,{lib}"]
+
+
+def build_op_package(registry: str, kernel_sources: Sequence[str], build_dir: str, namespace: str,
+                     extension: str) -> str:
+    """Generates and compiles the ops of another registry as torch.ops.<namespace>.*, in process
+    (torch.utils.cpp_extension.load; a development loop, ``op_package`` is the package's build).
+
+    Returns the directory of the generated Python modules (fakes.py, ops.py); import the
     extension module (returned by torch.utils.cpp_extension.load, already imported) first.
     """
     from torch.utils import cpp_extension
 
-    root = _find_root(op_plugin_root)
-    generated = os.path.abspath(os.path.join(build_dir, "generated"))
-    run_codegen(os.path.abspath(registry), generated, root, namespace, extension)
-    csrc = os.path.join(root, "csrc")
-    sources = (sorted(glob.glob(os.path.join(generated, "bindings", "*.cpp"))) +
-               sorted(glob.glob(os.path.join(csrc, "bindings", "*.cpp"))) +
-               sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + generated_kernel_sources(generated) +
-               [os.path.abspath(s) for s in kernel_sources])
-    names = [os.path.basename(s) for s in sources]
-    clashes = sorted({n for n in names if names.count(n) > 1})
-    if clashes:  # torch's extension builder names objects by file name alone
-        raise ValueError(f"source file names must be unique, but {clashes} repeat (a kernel named like its op? "
-                         "call it <op>_kernel.cpp)")
-    if any(isa_of(s) for s in sources):
-        raise ValueError("build_op_package compiles baseline kernels only; per-ISA sources need build_kernels")
-    cpp_extension.load(name=extension, sources=sources, build_directory=build_dir,
-                       extra_include_paths=[csrc, os.path.join(csrc, "include"), os.path.join(generated, "include")],
-                       extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
-    return os.path.join(generated, "python")
+    package = _OpPackageSources(registry, kernel_sources, build_dir, namespace, extension)
+    cpp_extension.load(name=extension, sources=package.binding_sources(), build_directory=package.build_dir,
+                       extra_include_paths=package.include_dirs, extra_cflags=["-O2", "-g0", "-fopenmp"],
+                       extra_ldflags=[package.kernel_library(), "-fopenmp", *package.link_args()], verbose=False)
+    return os.path.join(package.generated, "python")
 
 
 def op_package(package: str, registry: str, kernel_sources: Sequence[str], namespace: str | None = None,
-               build_dir: str = "build", op_plugin_root: str | None = None) -> dict:
-    """``setup(**op_package(...))``: builds an out-of-tree op package with op_plugin's machinery.
+               build_dir: str = "build") -> dict:
+    """``setup(**op_package(...))``: the build of an out-of-tree op package with op_plugin's machinery.
 
-    Generates ``registry`` (ops registered as torch.ops.<namespace>.*, default: the package's
-    name), compiles op_plugin's runtime and ``kernel_sources`` into a static library with ninja
-    (``*.avx512.cpp`` / ``*.avx2.cpp`` get their ISA's flags, as op_plugin's own kernels) and
-    returns ``ext_modules`` (the extension ``<package>._C`` from the generated bindings) and a
-    ``cmdclass`` whose build_py puts the generated fakes and wrappers into
-    ``<package>/_generated/``. The package's ``__init__.py`` imports ``op_plugin`` (the fakes use
-    its runtime helpers), then ``._C`` (with the C++ Autograd kernels), ``._generated.fakes`` and
-    ``._generated.ops``.
+    Returns ``ext_modules`` (the extension ``<package>._C``) and the ``cmdclass`` that does the
+    work inside the build, not while setup.py is imported: build_py generates ``registry`` (ops
+    registered as torch.ops.<namespace>.*, default: the package's name) and puts the generated
+    fakes and wrappers into ``<package>/_generated/``; build_ext compiles ``kernel_sources`` with
+    ninja (``*.avx512.cpp`` / ``*.avx2.cpp`` get their ISA's flags, as op_plugin's own kernels),
+    then the generated bindings with torch's BuildExtension, linked with the installed SDK's
+    kernel library. A compile error is the compiler's message. The package's ``__init__.py``
+    imports ``op_plugin`` (the fakes use its runtime helpers), then ``._C`` (with the C++
+    Autograd kernels), ``._generated.fakes`` and ``._generated.ops``.
     """
     from setuptools.command.build_py import build_py
     from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-    root = _find_root(op_plugin_root)
-    namespace = namespace or package.rsplit(".", 1)[-1]
-    generated = os.path.abspath(os.path.join(build_dir, "generated"))
-    run_codegen(os.path.abspath(registry), generated, root, namespace, "_C")
-    csrc = os.path.join(root, "csrc")
-    include_dirs = [csrc, os.path.join(csrc, "include"), os.path.join(generated, "include")]
-    sources = (sorted(glob.glob(os.path.join(csrc, "runtime", "*.cpp"))) + generated_kernel_sources(generated) +
-               [os.path.abspath(s) for s in kernel_sources])
-    names = [os.path.basename(s) for s in sources]
-    clashes = sorted({n for n in names if names.count(n) > 1})
-    if clashes:  # ar keeps one member per file name
-        raise ValueError(f"kernel_sources: file names must be unique and differ from op_plugin's runtime, "
-                         f"but {clashes} repeat")
-    library = build_kernels(os.path.join(build_dir, "kernels"), sources, include_dirs)
-    bindings = sorted(glob.glob(os.path.join(generated, "bindings", "*.cpp"))) + sorted(
-        glob.glob(os.path.join(csrc, "bindings", "*.cpp")))
-    extension = CppExtension(f"{package}._C", bindings, include_dirs=include_dirs, extra_objects=[library],
-                             extra_compile_args=["-O2", "-fopenmp"], extra_link_args=["-fopenmp"])
+    sources = _OpPackageSources(registry, kernel_sources, build_dir, namespace or package.rsplit(".", 1)[-1], "_C")
+    # The sources are generated by build_ext itself; setuptools needs a list now.
+    extension = CppExtension(f"{package}._C", [], include_dirs=sources.include_dirs,
+                             extra_compile_args=["-O2", "-g0", "-fopenmp"], extra_link_args=["-fopenmp"])
 
     class BuildPyWithGenerated(build_py):
         def run(self) -> None:
             super().run()
-            copy_generated_python(generated, os.path.join(self.build_lib, *package.split("."), "_generated"), registry)
+            sources.generate()
+            copy_generated_python(sources.generated, os.path.join(self.build_lib, *package.split("."), "_generated"),
+                                  registry)
+
+    class BuildExtWithKernels(BuildExtension.with_options(use_ninja=True)):
+        def run(self) -> None:
+            extension.sources = sources.binding_sources()
+            extension.extra_objects = [sources.kernel_library()]
+            extension.extra_link_args = ["-fopenmp", *sources.link_args()]
+            super().run()
 
     return {"ext_modules": [extension],
-            "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithGenerated}}
+            "cmdclass": {"build_ext": BuildExtWithKernels, "build_py": BuildPyWithGenerated}}

@@ -2,7 +2,8 @@
 
 Puts the repository root on sys.path (so ``import codegen`` works from a plain checkout) and adds
 ``--update-golden`` (or ``OP_PLUGIN_UPDATE_GOLDEN=1``), which rewrites tests/codegen/golden/ from
-the current generator instead of comparing against it:
+the current generator instead of comparing against it (and fails, so that a run with the switch
+left on never passes):
 
     python -m pytest tests/codegen --update-golden
 """

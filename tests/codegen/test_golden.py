@@ -2,7 +2,8 @@
 
 Also: write-if-changed, --check, the manifest, per-op rewrites, and the expression renderers.
 Regenerate the goldens after an intended change with ``python -m pytest tests/codegen --update-golden``
-and review the diff.
+(each regenerated fixture then fails, so the switch can never make a run pass), review the diff and
+rerun without it.
 """
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ FIXTURE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.yaml"))
 
 PER_OP = ("bindings/{op}.cpp", "include/op_plugin/ops/{op}.h", "include/op_plugin/ops/{op}_stages.inc",
           "kernels/{op}_checks.cpp")
-AGGREGATE = {"bindings/register_schema.cpp", "bindings/helpers_module.cpp", "python/fakes.py",
-             "python/ops.py", "python/ops.pyi"}
+# Made from every entry: the Python modules. The two C++ files shared by every op name none (each
+# op's binding registers its own schema and workspace query), so no registry edit rewrites them.
+AGGREGATE_PYTHON = {"python/fakes.py", "python/ops.py", "python/ops.pyi"}
+AGGREGATE_CPP = {"bindings/register_schema.cpp", "bindings/helpers_module.cpp"}
+AGGREGATE = AGGREGATE_PYTHON | AGGREGATE_CPP
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -57,7 +61,10 @@ def test_golden(fixture: str, tmp_path: Path, update_golden: bool) -> None:
     if update_golden:
         shutil.rmtree(golden_dir, ignore_errors=True)
         shutil.copytree(out, golden_dir)
-        return
+        # Fails on purpose: a run with the switch left on (an exported OP_PLUGIN_UPDATE_GOLDEN=1)
+        # compares nothing, so it must never pass.
+        pytest.fail(f"golden/{fixture} regenerated: review the diff (git diff {golden_dir}), then rerun "
+                    "without --update-golden / OP_PLUGIN_UPDATE_GOLDEN")
     expected = _tree(golden_dir)
     assert sorted(got) == sorted(expected), "generated file set differs from the golden one"
     for rel, text in got.items():
@@ -72,7 +79,7 @@ def test_golden_covers_the_features_it_claims(tmp_path: Path) -> None:
     """Guards the fixtures themselves: a fixture edit must not quietly drop a feature."""
     _generate("autograd", tmp_path / "a")
     _generate("options", tmp_path / "o")
-    schema = (tmp_path / "a/bindings/register_schema.cpp").read_text()
+    schema = (tmp_path / "a/bindings/toy_attn.cpp").read_text()
     # SPEC Decision 11: the C++ Autograd kernel takes any schema, so the forward with a backward and a
     # kwarg-only Tensor registers its schema as written, and the wrapper passes that argument by keyword.
     assert '"toy_attn(Tensor q, Tensor k, *, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)"' in schema
@@ -190,35 +197,47 @@ def test_manifest_lists_every_file_and_removes_files_of_a_deleted_op(tmp_path: P
     generate(str(reg), str(out))
     assert set(_tree(out)) == _files_of("op_a") | AGGREGATE | {"manifest.txt"}
     assert (out / "manifest.txt").read_text().splitlines() == sorted(_files_of("op_a") | AGGREGATE)
-    assert "op_b" not in (out / "bindings/register_schema.cpp").read_text()
+    assert "op_b" not in (out / "python/ops.py").read_text()
 
 
 def test_editing_one_entry_rewrites_only_its_files(tmp_path: Path) -> None:
+    """A file names its entry, not the entry's hash or line: an edit rewrites exactly the files whose
+    text it changes (so only their objects recompile)."""
     reg, out = tmp_path / "reg.yaml", tmp_path / "out"
     reg.write_text(TWO_OPS)
     generate(str(reg), str(out))
 
-    # A new default: op_b's files and every aggregate file with op_b's signature.
+    # A new default: op_b's binding (its schema) and kernel header (the C++ signature's comment),
+    # the Python modules with op_b's signature; not op_b's checks or stages.
     reg.write_text(TWO_OPS.replace("int n=1", "int n=2"))
     fm = generate(str(reg), str(out))
-    assert set(fm.written) == _files_of("op_b") | AGGREGATE
-    assert set(fm.unchanged) == _files_of("op_a")
+    assert set(fm.written) == {"bindings/op_b.cpp", "include/op_plugin/ops/op_b.h"} | AGGREGATE_PYTHON
+    assert set(fm.unchanged) == (_files_of("op_a") | _files_of("op_b") | AGGREGATE_CPP) - set(fm.written)
 
-    # Editing op_a's doc in place: op_a's files and ops.py (its docstrings); the aggregate C++
-    # (register_schema.cpp, helpers_module.cpp) is not rewritten, so not recompiled.
+    # Editing op_a's doc in place: ops.py (its docstrings) alone; no C++ file.
     edited = TWO_OPS.replace("int n=1", "int n=2").replace("doc: first", "doc: first, edited")
     reg.write_text(edited)
     fm = generate(str(reg), str(out))
-    assert set(fm.written) == _files_of("op_a") | {"python/ops.py"}
-    assert set(fm.unchanged) == _files_of("op_b") | AGGREGATE - {"python/ops.py"}
+    assert set(fm.written) == {"python/ops.py"}
 
-    # Moving op_b down (a longer op_a doc) touches op_a's files, not op_b's: per-op files carry
-    # their entry's hash, not its line; register_schema.cpp and fakes.py name each op's file:LINE.
+    # Moving op_b down (a longer op_a doc): fakes.py names each op's file:LINE; no C++ file changes.
     reg.write_text(edited.replace("doc: first, edited", "doc: |\n    first\n    and more"))
     fm = generate(str(reg), str(out))
-    moved = {"python/ops.py", "bindings/register_schema.cpp", "python/fakes.py"}
-    assert set(fm.written) == _files_of("op_a") | moved
-    assert set(fm.unchanged) == _files_of("op_b") | AGGREGATE - moved
+    assert set(fm.written) == {"python/ops.py", "python/fakes.py"}
+    assert set(fm.unchanged) == _files_of("op_a") | _files_of("op_b") | AGGREGATE_CPP | {"python/ops.pyi"}
+
+
+def test_appending_an_op_writes_only_its_files_and_the_python_modules(tmp_path: Path) -> None:
+    """What `op-plugin new` does (blank lines, a comment, the entry): the previous last entry's
+    hash ignores what follows it, so none of op_b's files and no shared C++ file is rewritten."""
+    reg, out = tmp_path / "reg.yaml", tmp_path / "out"
+    reg.write_text(TWO_OPS)
+    generate(str(reg), str(out))
+    reg.write_text(TWO_OPS + "\n\n# op_c: a new op\n- func: op_c(Tensor x) -> Tensor\n  kernel: OpC\n"
+                   "  outputs: {result0: {like: x}}\n  doc: third\n")
+    fm = generate(str(reg), str(out))
+    assert set(fm.written) == _files_of("op_c") | AGGREGATE_PYTHON
+    assert set(fm.unchanged) == _files_of("op_a") | _files_of("op_b") | AGGREGATE_CPP
 
 
 # ---- generated Python is valid Python --------------------------------------------------------

@@ -38,8 +38,7 @@ def test_new_op_builds_and_its_test_runs(tmp_path: Path) -> None:
 
     build = _load(ROOT / "python" / "op_plugin" / "build.py", "op_plugin_build_scaffold")
     python_dir = build.build_op_package(str(tree / "op_plugin_functions.yaml"), [str(kernel)], str(tmp_path / "build"),
-                                        namespace="op_plugin_scaffold", extension="op_plugin_scaffold_ext",
-                                        op_plugin_root=str(ROOT))
+                                        namespace="op_plugin_scaffold", extension="op_plugin_scaffold_ext")
     for name in ("fakes", "ops"):
         _load(Path(python_dir) / f"{name}.py", f"op_plugin_scaffold_{name}")
     tests = _load(test_file, "test_scaffolded_scale_generated")

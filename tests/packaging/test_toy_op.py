@@ -1,10 +1,12 @@
-"""An out-of-tree op package (tests/fixtures/toy_op): its own setup.py, registry, kernel and torch
-namespace, built with the build helpers of the installed op_plugin and pip-installed into a
-temporary --target; a fresh interpreter imports it and runs its op forward, backward, through
-opcheck and under torch.compile(fullgraph=True)."""
+"""An out-of-tree op package (tests/fixtures/toy_op): its own pyproject.toml, registry, kernel and
+torch namespace, built with the build commands and C++ SDK of the installed op_plugin and
+pip-installed into a temporary --target; a fresh interpreter imports it and runs its op forward,
+backward, through opcheck and under torch.compile(fullgraph=True). A broken kernel fails the build
+with the compiler's message."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,3 +52,27 @@ def test_out_of_tree_op_package(tmp_path) -> None:
     result = subprocess.run([sys.executable, "-c", USE], cwd=tmp_path, capture_output=True, text=True,
                             env={**env, "PYTHONPATH": str(target), "TARGET": str(target), "ROOT": ROOT})
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr
+    # Built from the installed op_plugin's SDK: its kernel library (the runtime) is linked, not recompiled.
+    ldd = subprocess.run(["ldd", *map(str, target.glob("toy_op/_C*.so"))], capture_output=True, text=True, check=True)
+    sdk = subprocess.run([sys.executable, "-c", "import op_plugin.build as b; print(b.installed_sdk())"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert f"{sdk}/lib/libop_plugin_kernels.so" in ldd.stdout, ldd.stdout
+    assert not list((src / "build" / "kernels").rglob("executor.cpp.o"))
+
+
+def test_a_broken_kernel_fails_the_build_with_the_compilers_message(tmp_path) -> None:
+    src = tmp_path / "toy_op"
+    shutil.copytree(FIXTURE, src)
+    kernel = src / "toy_square_scale_kernel.cpp"
+    kernel.write_text(kernel.read_text() + "\nint broken() { return undeclared_name_in_the_kernel; }\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OP_PLUGIN_ROOT", "PYTHONPATH")}
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
+                            "--wheel-dir", str(tmp_path / "dist"), str(src)], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    out = build.stdout + build.stderr
+    assert build.returncode != 0
+    # The metadata step passed (setup.py compiles nothing on import); the wheel build shows the compiler.
+    assert "metadata-generation-failed" not in out and "Building wheel for toy-op (pyproject.toml)" in out, out[-3000:]
+    # gcc quotes the name with ' or with ‘ ’, by locale
+    assert re.search(r"toy_square_scale_kernel\.cpp:\d+:\d+: error: .undeclared_name_in_the_kernel. was not "
+                     r"declared in this scope", out), out[-3000:]
