@@ -16,9 +16,11 @@ from codegen import expr as E
 from codegen import torch_version as TV
 from codegen.model import (AutogradPair, BackwardInput, Check, EnumDef, Formula, IntOutputRule, Let, Location,
                            OpEntry, OutputRule, Registry, Rule)
+from codegen.samples import TEST_KEYS, parse_tests
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
-ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch"}
+ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch",
+              *TEST_KEYS}
 CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "enum", "error", "strict", "when", "let", "warn", "torch"}
 ENUM_KEYS = {"enum", "members", "doc"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
@@ -284,7 +286,8 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
                    entry_hash=hashlib.sha256(entry_text.encode()).hexdigest()[:16],
-                   int_outputs=tuple(int_outputs), random_when=random_when, enums=tuple(enum_args.items()))
+                   int_outputs=tuple(int_outputs), random_when=random_when, enums=tuple(enum_args.items()),
+                   tests=parse_tests(e, func, name, errors.add))
 
 
 def _parse_random(e: dict[str, Any], op: str, env: dict[str, str], errors: _Errors) -> Optional[E.Expr]:
