@@ -125,7 +125,8 @@ def _sample_problems(sample: dict[str, Any], kinds: dict[str, str], required: li
         else:
             want = {E.INT: (int,), E.FLOAT: (int, float), E.BOOL: (bool,), E.STR: (str,)}[base]
             if not isinstance(value, want) or (base in (E.INT, E.FLOAT) and isinstance(value, bool)):
-                problems.append(f"{name}: a {base} argument, got {value!r}")
+                problems.append(f"{name}: an {base} argument takes an {base}, got {value!r}" if base == E.INT
+                                else f"{name}: a {base} argument takes a {base}, got {value!r}")
     return problems
 
 

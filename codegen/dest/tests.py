@@ -66,11 +66,14 @@ def _constants(trees: list[ast.expr], lets: dict[str, ast.expr]) -> tuple[list[i
     todo, seen = list(trees), set()
     while todo:
         tree = todo.pop(0)
+        negated: set[int] = set()  # the constants under a minus sign, counted once as negative
         for node in _walk_in_order(tree):
             if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
-                    and isinstance(node.operand.value, int) and -node.operand.value not in ints):
-                ints.append(-node.operand.value)
-            elif isinstance(node, ast.Constant):
+                    and isinstance(node.operand.value, int)):
+                negated.add(id(node.operand))
+                if -node.operand.value not in ints:
+                    ints.append(-node.operand.value)
+            elif isinstance(node, ast.Constant) and id(node) not in negated:
                 if isinstance(node.value, bool):
                     continue
                 if isinstance(node.value, int) and node.value not in ints:
