@@ -4,7 +4,8 @@ They are parsed here (not in parse.py) and kept as plain data: the generated tes
 (codegen/dest/tests.py) hand them to op_plugin.testing, which builds the tensors at test time.
 
     samples:                     # a list of calls; each maps argument -> value
-      - q: [2, 8, 2, 16]         # a tensor argument: a shape (normal values, the dtype under test)
+      - dims: {S: 8, D: 16}      # named sizes, for shapes (and int arguments) to share
+        q: [2, S, 2, D]          # a tensor argument: a shape (normal values, the dtype under test)
         k: {shape: [2, 8, 2, 16], range: [-1, 1]}   # uniform values in [lo, hi)
         cu: {values: [0, 3, 8], dtype: int32}      # literal values
         mask: {like: q, dtype: bool_}              # q's shape (and dtype unless given)
@@ -13,7 +14,7 @@ They are parsed here (not in parse.py) and kept as plain data: the generated tes
       # pkg.module.fn alone: called with every argument by name;
       # or {call: ..., returns: [outputs it returns, in order]} (default: every Tensor output)
     bad_calls:                   # explicit failing calls for checks no mutation reaches
-      - {sample: 0, args: {q: [2, 8, 2]}}
+      - {sample: 0, dims: {D: 64}, args: {mask_mode: 4}, dtype: float64}   # a sample, changed
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from codegen.yaml_loader import KEY_LINES, LINE_KEY
 TEST_KEYS = {"samples", "reference", "bad_calls"}
 TENSOR_SPEC_KEYS = {"shape", "dtype", "range", "values", "like"}
 REFERENCE_KEYS = {"call", "returns"}
-BAD_CALL_KEYS = {"sample", "args"}
+BAD_CALL_KEYS = {"sample", "args", "dims", "dtype", "forward_args"}
+DIMS = "dims"  # a sample's named sizes: shapes (and int arguments) may be expressions of them
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Reference:
 
 @dataclass(frozen=True)
 class TestSpec:
-    samples: str  # a Python literal: a list of {argument: value} dicts, as the registry writes them
+    samples: str  # a Python literal: a list of {argument: value} dicts, as the registry writes them, or None
     reference: Optional[Reference]
     bad_calls: str  # a Python literal: a list of {"sample": i, "args": {argument: value}}
     line: int
@@ -82,20 +84,23 @@ def parse_tests(e: dict[str, Any], func: FunctionSchema, op: str, add_error: Cal
         at = int(raw[i].get(LINE_KEY, line)) if isinstance(raw, list) and isinstance(raw[i], dict) else line
         for problem in _sample_problems(sample, kinds, required):
             add_error(at, op, f"samples[{i}]: {problem}")
-    if "samples" not in e and "bad_calls" in e:
-        add_error(_line(e, "bad_calls", entry_line), op, "'bad_calls:' needs 'samples:'")
     bad_calls = _clean(e.get("bad_calls", []))
     if not isinstance(bad_calls, list):
         add_error(_line(e, "bad_calls", entry_line), op, "'bad_calls:' must be a list of {sample: i, args: {...}}")
         bad_calls = []
     for i, bad in enumerate(bad_calls):
         where = _line(e, "bad_calls", entry_line)
-        if not isinstance(bad, dict) or set(bad) - BAD_CALL_KEYS or not isinstance(bad.get("args"), dict):
-            add_error(where, op, f"bad_calls[{i}]: must be {{sample: INDEX, args: {{argument: value}}}}")
+        if not isinstance(bad, dict) or set(bad) - BAD_CALL_KEYS or not isinstance(bad.get("args", {}), dict):
+            add_error(where, op, f"bad_calls[{i}]: must be {{sample: INDEX, args: {{argument: value}}, dims: {{NAME: size}}, "
+                      "dtype: DTYPE}} (a backward op's forward_args: change its forward's sample)")
             continue
-        if not isinstance(bad.get("sample", 0), int) or not 0 <= bad.get("sample", 0) < max(len(samples), 1):
+        if "dtype" in bad and bad["dtype"] not in E.DTYPES:
+            add_error(where, op, f"bad_calls[{i}]: dtype {bad['dtype']!r} is none of {', '.join(E.DTYPES)}")
+        count = len(samples) if "samples" in e else float("inf")  # a backward op's are its forward's
+        if not isinstance(bad.get("sample", 0), int) or not 0 <= bad.get("sample", 0) < count:
             add_error(where, op, f"bad_calls[{i}]: sample {bad.get('sample')!r} is not an index of samples")
-        for problem in _sample_problems(bad["args"], kinds, []):
+        for problem in _sample_problems({**bad.get("args", {}), **({DIMS: bad[DIMS]} if DIMS in bad else {})},
+                                        kinds, []):
             add_error(where, op, f"bad_calls[{i}]: {problem}")
     reference = None
     if "reference" in e:
@@ -104,14 +109,22 @@ def parse_tests(e: dict[str, Any], func: FunctionSchema, op: str, add_error: Cal
             reference = _parse_reference(_clean(e["reference"]), kinds, outputs)
         except ValueError as ex:
             add_error(ref_line, op, f"reference: {ex}")
-    return TestSpec(samples=repr(samples), reference=reference, bad_calls=repr(bad_calls), line=line)
+    # Without samples: (a backward op's bad_calls:) the samples are the forward's: None here.
+    return TestSpec(samples=repr(samples) if "samples" in e else "None", reference=reference,
+                    bad_calls=repr(bad_calls), line=line)
 
 
 def _sample_problems(sample: dict[str, Any], kinds: dict[str, str], required: list[str]) -> list[str]:
-    problems = [f"{name!r} is not an argument" for name in sample if name not in kinds]
+    dims = sample.get(DIMS, {})
+    problems = [] if isinstance(dims, dict) and all(isinstance(k, str) and isinstance(v, int) for k, v in dims.items()) \
+        else [f"dims: must map NAME to a size, got {dims!r}"]
+    problems += [f"{name!r} is not an argument" for name in sample if name not in kinds and name != DIMS]
     problems += [f"required argument {name!r} is missing" for name in required if name not in sample]
     for name, value in sample.items():
         kind = kinds.get(name)
+        if isinstance(value, str) and kind is not None and E.base(kind) == E.INT:
+            problems += [f"{name}: {p}" for p in _size_problems(value)]
+            continue
         if kind is None or value is None:
             if value is None and kind is not None and not kind.endswith("?"):
                 problems.append(f"{name}: None for a non-optional argument")
@@ -140,8 +153,10 @@ def _tensor_problems(value: Any, kinds: dict[str, str]) -> list[str]:
     if sum(k in value for k in ("shape", "values", "like")) != 1:
         problems.append("a tensor needs exactly one of shape:, values:, like:")
     shape = value.get("shape", [])
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        problems.append(f"shape must be a list of sizes >= 0, got {shape!r}")
+    if not isinstance(shape, list) or not all((isinstance(d, int) and d >= 0) or isinstance(d, str) for d in shape):
+        problems.append(f"shape must be a list of sizes >= 0 (or expressions of dims:), got {shape!r}")
+    else:
+        problems += [p for d in shape if isinstance(d, str) for p in _size_problems(d)]
     if "dtype" in value and value["dtype"] not in E.DTYPES:
         problems.append(f"dtype {value['dtype']!r} is none of {', '.join(E.DTYPES)}")
     if "range" in value and not (isinstance(value["range"], list) and len(value["range"]) == 2
@@ -150,6 +165,18 @@ def _tensor_problems(value: Any, kinds: dict[str, str]) -> list[str]:
     if "like" in value and E.base(kinds.get(value["like"], "")) != E.TENSOR:
         problems.append(f"like: {value['like']!r} is not a tensor argument")
     return problems
+
+
+def _size_problems(text: str) -> list[str]:
+    """A size written as an expression of the sample's dims: names, ints, + - * //."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return [f"cannot parse the size {text!r}"]
+    allowed = (ast.Name, ast.Constant, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Load)
+    if not all(isinstance(n, allowed) for n in ast.walk(tree)):
+        return [f"a size is an expression of dims: names with + - * //, got {text!r}"]
+    return []
 
 
 def _parse_reference(spec: Any, kinds: dict[str, str], outputs: list[str]) -> Reference:

@@ -130,7 +130,9 @@ def _tensor_outputs(op: OpEntry) -> list[str]:
 
 def _op_context(registry: Registry, op: OpEntry) -> Optional[dict[str, Any]]:
     forward = _forward_of(registry, op)
-    if op.tests is None and (forward is None or forward.tests is None):
+    if forward is not None and (forward.tests is None or forward.tests.samples == "None"):
+        forward = None
+    if (op.tests is None or op.tests.samples == "None") and forward is None:
         return None
     kinds = {a.name: E.kind_of_type(a.type) for a in op.func.arguments.flat_all}
     first = op.dtypes[0] if op.dtypes else None
@@ -154,7 +156,7 @@ def _op_context(registry: Registry, op: OpEntry) -> Optional[dict[str, Any]]:
         pair = op.autograd
         context["differentiable_inputs"] = [n for n, _ in pair.grads] + [n for n, _ in pair.formulas]
         context["differentiable_outputs"] = [o for o in _tensor_outputs(op) if o not in pair.non_differentiable]
-    if forward is not None and forward.tests is not None and forward.autograd is not None:
+    if forward is not None and (op.tests is None or op.tests.samples == "None"):
         pair = forward.autograd
         context["forward"] = {
             "name": forward.name,
@@ -165,6 +167,8 @@ def _op_context(registry: Registry, op: OpEntry) -> Optional[dict[str, Any]]:
             "inputs": [(arg, src.source, src.name) for arg, src in pair.inputs],
             "grads": list(pair.grads),
             "overrides": {k: ast.literal_eval(v) for k, v in pair.forward_overrides},
+            "defaults": "{" + ", ".join(f"{a.name!r}: {py.default(a)}" for a in forward.func.arguments.flat_all
+                                        if a.default is not None) + "}",
         }
     return context
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ class ForwardSpec:
     inputs: list[tuple[str, str, str]]  # backward argument, input|output|grad, forward name
     grads: list[tuple[str, str]]  # forward input, backward output
     overrides: dict[str, Any]
+    defaults: dict[str, Any] = field(default_factory=dict)  # the forward's schema defaults
     reference: Optional[Callable[..., Any]] = None
     reference_returns: list[str] = field(default_factory=list)
 
@@ -152,13 +154,29 @@ def _tensor(spec: Any, dtype: torch.dtype, gen: torch.Generator, built: dict[str
     return values.to(want)
 
 
-def build_sample(kinds: dict[str, str], sample: dict[str, Any], dtype: torch.dtype, seed: int = SEED) -> dict[str, Any]:
-    """The call ``sample`` describes, with float tensors in ``dtype`` (those given a dtype keep it)."""
+def _size(size: Any, dims: dict[str, int]) -> int:
+    """A size: an int, or an expression of the sample's dims (checked by the generator)."""
+    return size if isinstance(size, int) else int(eval(size, {"__builtins__": {}}, dict(dims)))  # noqa: S307
+
+
+def build_sample(kinds: dict[str, str], sample: dict[str, Any], dtype: torch.dtype, seed: int = SEED,
+                 dims: Optional[dict[str, int]] = None) -> dict[str, Any]:
+    """The call ``sample`` describes, with float tensors in ``dtype`` (those given a dtype keep it);
+    ``dims`` overrides some of its named sizes."""
     gen = torch.Generator().manual_seed(seed)
+    sizes = {**sample.get("dims", {}), **(dims or {})}
     built: dict[str, Any] = {}
     for name, value in sample.items():
+        if name == "dims":
+            continue
         if value is not None and kinds[name].rstrip("?") == "Tensor":
+            if isinstance(value, list) or "shape" in value:
+                shape = value if isinstance(value, list) else value["shape"]
+                shape = [_size(d, sizes) for d in shape]
+                value = shape if isinstance(value, list) else {**value, "shape": shape}
             built[name] = _tensor(value, dtype, gen, built)
+        elif isinstance(value, str) and kinds[name].rstrip("?") == "int":
+            built[name] = _size(value, sizes)
         else:
             built[name] = list(value) if isinstance(value, list) else value
     return built
@@ -181,18 +199,38 @@ def samples(spec: OpSpec, dtype: torch.dtype) -> list[dict[str, Any]]:
     return [_backward_sample(spec, s, dtype, SEED + i)[0] for i, s in enumerate(spec.forward.samples)]
 
 
-def _backward_sample(spec: OpSpec, forward_sample: dict[str, Any], dtype: torch.dtype, seed: int
+def _bad_call(spec: OpSpec, bad: dict[str, Any]) -> dict[str, Any]:
+    """A bad_calls: item as a call: its sample with other dims, dtype and arguments."""
+    index = bad.get("sample", 0)
+    dtype = DTYPES[bad["dtype"]] if "dtype" in bad else _first_dtype(spec)
+    if spec.samples is not None:
+        x = build_sample(spec.kinds, spec.samples[index], dtype, SEED + index, bad.get("dims"))
+    else:
+        forward = {**spec.forward.samples[index], **bad.get("forward_args", {})}
+        x = _backward_sample(spec, forward, dtype, SEED + index, bad.get("dims"))[0]
+    return {**x, **build_sample(spec.kinds, {**bad.get("args", {}), "dims": dict(_dims_of(spec, index), **bad.get("dims", {}))},
+                                dtype)}
+
+
+def _dims_of(spec: OpSpec, index: int) -> dict[str, int]:
+    own = spec.samples if spec.samples is not None else spec.forward.samples
+    return own[index].get("dims", {})
+
+
+def _backward_sample(spec: OpSpec, forward_sample: dict[str, Any], dtype: torch.dtype, seed: int,
+                     dims: Optional[dict[str, int]] = None
                      ) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """(backward call, forward call, incoming gradients) for one forward sample."""
     fwd = spec.forward
-    x = build_sample(fwd.kinds, forward_sample, dtype, seed)
+    x = build_sample(fwd.kinds, forward_sample, dtype, seed, dims)
     outs = _outputs(fwd.op(**{**x, **fwd.overrides}), fwd.outputs)
     gen = torch.Generator().manual_seed(seed + 1)
     grads = {name: torch.randn(outs[name].shape, generator=gen, dtype=torch.float64).to(outs[name].dtype)
              for _, source, name in fwd.inputs if source == "grad"}
     call = {}
     for arg, source, name in fwd.inputs:
-        call[arg] = x.get(name) if source == "input" else (outs[name] if source == "output" else grads[name])
+        call[arg] = x.get(name, fwd.defaults.get(name)) if source == "input" else (
+            outs[name] if source == "output" else grads[name])
     return call, x, grads
 
 
@@ -284,6 +322,7 @@ def check_compile(spec: OpSpec) -> None:
     """torch.compile(fullgraph=True) of the first sample's call gives eager's outputs, and its gradients."""
     x = samples(spec, _first_dtype(spec))[0]
     names = _differentiable(spec, x)
+    torch._dynamo.reset()  # every op compiles this same code object: start with no cached graphs
 
     def run(leaves: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return tuple(o for o in _outputs(spec.op(**{**x, **leaves}), spec.outputs).values())
@@ -361,6 +400,8 @@ def _variants(spec: OpSpec, x: dict[str, Any], check: CheckSpec, others: list[di
               ) -> Iterator[dict[str, Any]]:
     """Calls that differ from ``x`` in one argument, as the check's mutations say."""
     gen = torch.Generator().manual_seed(SEED)
+    if check.strict or check.warn:  # a valid sample may already be past a device limit, or warn
+        yield x
     for kind, name in check.mutations:
         value = x.get(name)
         if kind == "value":
@@ -395,21 +436,45 @@ def _variants(spec: OpSpec, x: dict[str, Any], check: CheckSpec, others: list[di
                     yield from ({**x, name: _new_like(value, s, gen)} for s in _sizes_changed(value, check.ints))
 
 
+@contextlib.contextmanager
+def _stderr_lines() -> Iterator[list[str]]:
+    """The lines written to file descriptor 2 inside the block: a C++ TORCH_WARN goes there."""
+    import os
+    import tempfile
+
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines += capture.read().splitlines()
+
+
 def _fires(spec: OpSpec, x: dict[str, Any], check: CheckSpec) -> Optional[str]:
     """The check's text if calling ``x`` gives it (as the error, or the warning of a warn check)."""
-    strict = _strict(check.strict)
-    with strict, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    if check.warn:  # TORCH_WARN prints "[W... file:line] Warning: <text> (function ...)"
+        with _strict(check.strict), _stderr_lines() as lines:
+            try:
+                spec.op(**x)
+            except Exception:  # noqa: BLE001 - an error is not the warning
+                return None
+        for line in lines:
+            found = re.search(f"Warning: ({check.pattern}) \\(function", line)
+            if found:
+                return found.group(1)
+        return None
+    with _strict(check.strict):
         try:
             spec.op(**x)
         except Exception as e:  # noqa: BLE001 - any error text is compared below
             text = str(e).splitlines()[0] if str(e) else ""
-            return None if check.warn else (text if re.fullmatch(check.pattern, text) else None)
-    if check.warn:
-        for w in caught:
-            text = str(w.message).splitlines()[0]
-            if re.fullmatch(check.pattern, text):
-                return text
+            return text if re.fullmatch(check.pattern, text) else None
     return None
 
 
@@ -446,8 +511,7 @@ def failing_call(spec: OpSpec, index: int) -> tuple[Optional[dict[str, Any]], st
             if text is not None:
                 return variant, text
     for bad in spec.bad_calls:
-        base = calls[bad.get("sample", 0)]
-        x = {**base, **build_sample(spec.kinds, bad["args"], _first_dtype(spec))}
+        x = _bad_call(spec, bad)
         text = _fires(spec, x, check)
         if text is not None:
             return x, text
