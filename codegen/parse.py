@@ -16,7 +16,7 @@ from codegen import expr as E
 from codegen import torch_version as TV
 from codegen.model import (AutogradPair, BackwardInput, Check, EnumDef, Formula, IntOutputRule, Let, Location,
                            OpEntry, OutputRule, Registry, Rule)
-from codegen.samples import TEST_KEYS, parse_tests
+from codegen.samples import TEST_KEYS, parse_tests, without_test_keys
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch",
@@ -126,7 +126,7 @@ def parse_registry(text: str, path: str, torch_version: Optional[str] = None) ->
             continue
         if "enum" in entry:
             continue
-        entry_text = "".join(lines[starts[index] - 1: starts[index + 1] - 1])
+        entry_text = without_test_keys(entry, lines, starts[index], starts[index + 1])
         if not _in_torch_range(entry, version, _name_hint(entry), errors):
             continue
         op = _parse_entry(entry, entry_text, path, errors, version, enums)

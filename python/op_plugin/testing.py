@@ -298,7 +298,10 @@ def check_fake_shapes(spec: OpSpec) -> None:
 
 
 def check_opcheck(spec: OpSpec) -> None:
+    """torch.library.opcheck of every sample, its differentiable inputs requiring grad (so the
+    autograd registration is checked too)."""
     for x in samples(spec, _first_dtype(spec)):
+        x.update({n: x[n].detach().requires_grad_() for n in _differentiable(spec, x)})
         torch.library.opcheck(spec.op, (), x)
 
 

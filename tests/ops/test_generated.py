@@ -37,3 +37,14 @@ def test_every_op_has_generated_tests() -> None:
 
     registry = load_registry(os.path.join(ROOT, "op_plugin_functions.yaml"), "op_plugin_functions.yaml")
     assert OPS == [op.name for op in registry.ops]
+
+
+def test_op_plugin_test_runs_one_ops_tests() -> None:
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-m", "op_plugin", "test", "flash_attn_metadata", "-k", "reference or fake"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout + run.stderr
+    run = subprocess.run([sys.executable, "-m", "op_plugin", "test", "no_such_op"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 1 and "no generated tests for no_such_op" in run.stderr, run.stderr
