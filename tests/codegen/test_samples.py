@@ -101,3 +101,13 @@ def test_mutations_follow_the_check() -> None:
     assert n["mutations"] == [("value", "n")] and n["ints"] == [-1, 3]
     assert checks["mode must be a or b, but got {mode}"]["strs"] == ["a", "b"]
     assert checks["x must be 2D, but got {x.dim()}D"]["pattern"] == r"f:\ x\ must\ be\ 2D,\ but\ got\ .*D"
+
+
+def test_the_entry_hash_ignores_the_test_keys() -> None:
+    """Editing samples:, reference: or bad_calls: rewrites no compiled file."""
+    bare = PAIR.replace(PAIR[PAIR.index("  samples:"):PAIR.index("- func: f_grad")], "")
+    with_tests, without = parse_registry(PAIR, "reg.yaml").op("f"), parse_registry(bare, "reg.yaml").op("f")
+    assert with_tests.tests is not None and without.tests is None
+    assert with_tests.entry_hash == without.entry_hash
+    changed = parse_registry(PAIR.replace("n: 3, mode: b}", "n: -1, mode: a}"), "reg.yaml").op("f")
+    assert changed.entry_hash == with_tests.entry_hash
