@@ -25,7 +25,7 @@ import math
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -349,7 +349,7 @@ def check_compile(spec: OpSpec) -> None:
 
 # ---- failing calls --------------------------------------------------------------------------------
 
-def _dims_changed(t: torch.Tensor, gen: torch.Generator) -> Iterator[list[int]]:
+def _dims_changed(t: torch.Tensor) -> Iterator[list[int]]:
     yield [1, *t.shape]
     if t.dim() > 0:
         yield list(t.shape[1:])
@@ -431,7 +431,7 @@ def _variants(spec: OpSpec, x: dict[str, Any], check: CheckSpec, others: list[di
                     if dtype != value.dtype:
                         yield {**x, name: _new_like(value, list(value.shape), gen, dtype)}
             elif kind == "dim":
-                yield from ({**x, name: _new_like(value, s, gen)} for s in _dims_changed(value, gen))
+                yield from ({**x, name: _new_like(value, s, gen)} for s in _dims_changed(value))
             elif kind in ("size", "empty"):
                 if kind == "empty" and value.dim() > 0:
                     yield {**x, name: _new_like(value, [0, *value.shape[1:]], gen)}
@@ -529,8 +529,3 @@ def check_error(spec: OpSpec, index: int) -> None:
                            f"(/{check.pattern}/); give a call that does under bad_calls:")
     fake = _fake_text(spec, x, check)
     assert fake == text, f"{spec.name}: line {check.line}: eager says {text!r}, fake mode {fake!r}"
-
-
-def coverage(spec: OpSpec) -> list[tuple[int, bool]]:
-    """(line, fired) of every check: which ones a mutated sample or a bad call reaches."""
-    return [(c.line, failing_call(spec, i)[0] is not None) for i, c in enumerate(spec.checks)]
