@@ -7,6 +7,7 @@ from typing import Optional, Union
 from torchgen.model import FunctionSchema
 
 from codegen.expr import Expr, Message
+from codegen.samples import TestSpec
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class OpEntry:
     # are the typed entry points the generated stage 2 dispatches to.
     dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     enums: tuple[tuple[str, str], ...] = ()  # int argument -> the EnumDef naming its values
+    tests: Optional[TestSpec] = None  # samples:, reference:, bad_calls: (codegen/samples.py)
 
     @property
     def name(self) -> str:

@@ -16,9 +16,11 @@ from codegen import expr as E
 from codegen import torch_version as TV
 from codegen.model import (AutogradPair, BackwardInput, Check, EnumDef, Formula, IntOutputRule, Let, Location,
                            OpEntry, OutputRule, Registry, Rule)
+from codegen.samples import TEST_KEYS, parse_tests, without_test_keys
 from codegen.yaml_loader import KEY_LINES, LINE_KEY, load_document
 
-ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch"}
+ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch",
+              *TEST_KEYS}
 CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "enum", "error", "strict", "when", "let", "warn", "torch"}
 ENUM_KEYS = {"enum", "members", "doc"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
@@ -124,7 +126,7 @@ def parse_registry(text: str, path: str, torch_version: Optional[str] = None) ->
             continue
         if "enum" in entry:
             continue
-        entry_text = "".join(lines[starts[index] - 1: starts[index + 1] - 1])
+        entry_text = without_test_keys(entry, lines, starts[index], starts[index + 1])
         if not _in_torch_range(entry, version, _name_hint(entry), errors):
             continue
         op = _parse_entry(entry, entry_text, path, errors, version, enums)
@@ -284,7 +286,8 @@ def _parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: _Errors,
                    python_returns=python_returns, autograd=autograd, tags=tuple(tags),
                    doc=doc.strip(), loc=Location(path, line),
                    entry_hash=_entry_hash(entry_text),
-                   int_outputs=tuple(int_outputs), random_when=random_when, enums=tuple(enum_args.items()))
+                   int_outputs=tuple(int_outputs), random_when=random_when, enums=tuple(enum_args.items()),
+                   tests=parse_tests(e, func, name, errors.add))
 
 
 def _entry_hash(entry_text: str) -> str:

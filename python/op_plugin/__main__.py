@@ -9,6 +9,8 @@
     check [YAML]          validate a registry; every error as file:LINE; exit 1 on errors
     gen --out DIR         run the generator; files written and unchanged
     new NAME              scaffold an op: registry entry, kernel with both stage functions, test
+    test [OP ...]         the registry's generated tests of OP (every op with samples: by default):
+                          reference in every dtype, fake shapes, opcheck, gradcheck, torch.compile, errors
     bench [FAMILY ...]    the benchmarks' ratio table (benchmarks/run.py); --plot FILE.png draws
                           throughput against sequence length for the attention ops
 
@@ -105,6 +107,30 @@ def _new(name: str, directory: str | None, namespace: str) -> int:
     return 0
 
 
+def _test(ops: list[str], registry: str | None, namespace: str, pytest_args: list[str]) -> int:
+    """Generates the registry's tests (codegen/dest/tests.py) and runs those of ``ops`` (all without)."""
+    import tempfile
+
+    root = _source_root()
+    from codegen.dest.tests import generate_tests
+
+    registry_path = Path(registry) if registry else root / "op_plugin_functions.yaml"
+    # Beside the registry in a checkout (build/generated/tests); the wheel's copy gets a temporary one.
+    out = Path(tempfile.mkdtemp()) if root.name == "_tree" and not registry else registry_path.parent / "build" / "generated"
+    _, generated = generate_tests(str(registry_path), str(out), namespace=namespace, display_path=registry_path.name)
+    unknown = [op for op in ops if op not in generated]
+    if unknown:
+        print(f"op-plugin test: no generated tests for {', '.join(unknown)} (an op needs samples:, or its forward's); "
+              f"ops with tests: {', '.join(generated)}", file=sys.stderr)
+        return 1
+    # The references are imported by their dotted paths from the registry's directory (tests.ops.references).
+    sys.path.insert(0, str(registry_path.parent.resolve()))
+    import pytest
+
+    files = [str(out / "tests" / f"test_{op}.py") for op in (ops or generated)]
+    return int(pytest.main([*files, "-q", "-p", "no:cacheprovider", *pytest_args]))
+
+
 def _bench(families: list[str], quick: bool, plot_path: str | None) -> int:
     root = checkout_root()
     benchmarks = root / "benchmarks" if root else None
@@ -153,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="the tree to add it to (default: the source tree); gets op_plugin_functions.yaml, "
                                  "csrc/kernels/NAME/ and tests/ops/")
     p.add_argument("--namespace", default="op_plugin", help="torch namespace the test calls (torch.ops.NAMESPACE)")
+    p = sub.add_parser("test", help="run the registry's generated tests of OP (default: every op with samples:)")
+    p.add_argument("ops", nargs="*", metavar="OP")
+    p.add_argument("--registry", help="a registry YAML (default: op_plugin_functions.yaml of the source tree)")
+    p.add_argument("--namespace", default="op_plugin", help="torch namespace of the ops (torch.ops.NAMESPACE)")
+    p.add_argument("-k", dest="select", help="pytest -k: only the tests whose names match")
     p = sub.add_parser("bench", help="run the benchmarks (ratios against PyTorch measured in the same run)")
     p.add_argument("families", nargs="*", help="benchmark families (default: all); see benchmarks/run.py")
     p.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
@@ -171,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         return _doctor()
     if args.command == "new":
         return _new(args.name, args.dir, args.namespace)
+    if args.command == "test":
+        return _test(args.ops, args.registry, args.namespace, ["-k", args.select] if args.select else [])
     if args.command == "bench":
         return _bench(args.families, args.quick, args.plot)
     registry, errors = _load(args.registry, getattr(args, "torch", None))

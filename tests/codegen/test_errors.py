@@ -38,7 +38,7 @@ CASES = [
   outputs: {result0: {like: x}}
   restrict: {x: 1}
 """, [
-        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, random, tags, torch",
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch",
     ], id="unknown_entry_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -633,7 +633,7 @@ func: f(Tensor x) -> Tensor
   kernel: D2
 """, [
         "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
-        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, checks, doc, dtypes, func, kernel, outputs, python, random, tags, torch",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch",
         "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
         "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
         "reg.yaml:14: d: duplicate key 'kernel'",

@@ -264,3 +264,26 @@ def floyd_reference(q, k1, v1, k2, v2, mask, scale):
         s = s + m * (floyd_masked_logit(scale, s.dtype) - s).detach()
     p = s.softmax(-1)
     return torch.einsum("bhnmk,bhnkd->bhnmd", p, v1) + torch.einsum("bhnmk,bhkmd->bhnmd", p, v2)
+
+
+# ---- the registry's reference: keys (docs/generated_tests.md): the op's arguments, the op's outputs ----
+
+def flash_attn_op_reference(q, k, v, *, return_softmax_lse=False, **options):
+    """flash_attn's (attn_out, softmax_lse) from flash_attn_reference; softmax_lse is the op's
+    zero [1] without return_softmax_lse."""
+    out, lse = flash_attn_reference(q, k, v, **options)
+    return out, (lse if return_softmax_lse else torch.zeros(1, dtype=q.dtype))
+
+
+def flash_attn_metadata_reference(num_heads_q, num_heads_kv, head_dim, *, cu_seqlens_q=None, seqused_q=None,
+                                  batch_size=None, **_ignored):
+    """The documented int32 zero schedule (SPEC §1.7): roundup(((36 + 72) * B * N2 + 1) * 16, 4096)."""
+    B = seqused_q.numel() if seqused_q is not None else (
+        cu_seqlens_q.numel() - 1 if cu_seqlens_q is not None else batch_size)
+    return torch.zeros(math.ceil(((36 + 72) * B * num_heads_kv + 1) * 16 / 4096) * 4096, dtype=torch.int32)
+
+
+def swa_forward_op_reference(query, key, value, head_num, input_layout, *, scale=1.0, **options):
+    """swa_forward's (attention_out, softmax_max, softmax_sum): the statistics repeated 8 times."""
+    out, mx, sm = swa_reference(query, key, value, head_num, input_layout.upper(), scale=scale, **options)
+    return out, mx.unsqueeze(-1).expand(*mx.shape, 8), sm.unsqueeze(-1).expand(*sm.shape, 8)

@@ -52,9 +52,9 @@ def test_errors_in_eager_and_fake() -> None:
         op_plugin.flash_attn_metadata(6, 4, 128, batch_size=1)
 
 
-def test_fake_matches_eager_opcheck_and_compile() -> None:
+def test_fake_matches_eager_and_compile() -> None:
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
     assert fake_shapes(OP, 8, 2, 128, cu_seqlens_q=cu) == eager_shapes(OP(8, 2, 128, cu_seqlens_q=cu))
-    torch.library.opcheck(OP, (8, 2, 128), {"batch_size": 2}, test_utils=("test_schema", "test_faketensor"))
+    # opcheck (every test_util) is generated from the registry's samples: tests/ops/test_generated.py.
     compiled = torch.compile(lambda: op_plugin.flash_attn_metadata(8, 2, 128, batch_size=4), fullgraph=True)
     assert torch.equal(compiled(), torch.zeros(expected_length(4, 2), dtype=torch.int32))

@@ -1,0 +1,531 @@
+"""The standard tests of an op, run from its registry entry (docs/generated_tests.md).
+
+The generated test modules (tests/test_<op>.py, written by ``codegen/dest/tests.py``; run them
+with ``op-plugin test [OP]``) describe one op as an ``OpSpec``: its samples, its float64
+reference, its checks with the mutations that may fire each one, its autograd pairing. The
+checks here are what a demanding user runs on a custom op:
+
+    check_reference    every allowed dtype against the float64 reference, within 2x the error of
+                       the same-dtype PyTorch computation of the reference (assert_within_budget)
+    check_fake_shapes  FakeTensor outputs have the eager shapes and dtypes
+    check_opcheck      torch.library.opcheck
+    check_gradcheck    torch.autograd.gradcheck in float64 (ops with an autograd pairing)
+    check_compile      torch.compile(fullgraph=True) forward, and backward, equal to eager
+    check_error        one failing call per check: a mutated sample fires the check's text, in
+                       eager and in fake mode alike
+
+A backward op without samples of its own gets its forward's: the forward is run and its inputs,
+outputs and incoming gradients are mapped to the backward's arguments as the autograd pairing
+says; its reference is torch.autograd of the forward's reference.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
+          "int8": torch.int8, "uint8": torch.uint8, "int32": torch.int32, "int64": torch.int64, "bool_": torch.bool}
+SEED = 1234
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check of the registry: the regex of its text and the mutations that may fire it."""
+
+    line: int
+    pattern: str
+    strict: bool
+    warn: bool
+    mutations: list[tuple[str, str]]  # (dtype|dim|size|empty|none|value, argument)
+    ints: list[int] = field(default_factory=list)  # constants the check compares with
+    strs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ForwardSpec:
+    """The forward op whose samples a backward op derives its own from."""
+
+    op: Any
+    kinds: dict[str, str]
+    outputs: list[str]
+    samples: list[dict[str, Any]]
+    inputs: list[tuple[str, str, str]]  # backward argument, input|output|grad, forward name
+    grads: list[tuple[str, str]]  # forward input, backward output
+    overrides: dict[str, Any]
+    defaults: dict[str, Any] = field(default_factory=dict)  # the forward's schema defaults
+    reference: Optional[Callable[..., Any]] = None
+    reference_returns: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    op: Any
+    kinds: dict[str, str]
+    dtype_argument: Optional[str]
+    dtypes: tuple[torch.dtype, ...]
+    tensor_dtypes: dict[str, tuple[torch.dtype, ...]]
+    outputs: list[str]
+    samples: Optional[list[dict[str, Any]]]
+    bad_calls: list[dict[str, Any]]
+    checks: list[CheckSpec]
+    differentiable_inputs: list[str]
+    differentiable_outputs: list[str]
+    reference: Optional[Callable[..., Any]] = None
+    reference_returns: list[str] = field(default_factory=list)
+    forward: Optional[ForwardSpec] = None
+
+
+# ---- error budget ---------------------------------------------------------------------------------
+
+def assert_within_budget(ours: torch.Tensor, torch_same_dtype: torch.Tensor, reference64: torch.Tensor,
+                         name: str = "output", scale_floor: float = 1.0,
+                         computed_in: torch.dtype | None = None, summed: int = 0) -> None:
+    """op_plugin's error is at most 2x the error of the same-dtype PyTorch computation.
+
+    Both are measured against a float64 reference. A floor of four ulps of the dtype at the
+    output's scale (at least ``scale_floor``) keeps a near-exact PyTorch result from demanding
+    more than exactness up to summation order; the ulps are those of the output's dtype or of
+    ``computed_in`` (the inputs' dtype of a float32 statistic or gradient), whichever is coarser,
+    plus sqrt(``summed``) float32 ulps for an output that sums that many cancelling terms (two
+    valid summation orders differ by about that much).
+    Where the same-dtype computation overflows (float16 inv_norm**3 of a tiny row) and the
+    reference does not, only the floor is left. float64 outputs have no higher-precision
+    reference: they must agree with it to 1e-10.
+    """
+    assert ours.shape == reference64.shape, f"{name}: shape {tuple(ours.shape)}, the reference's {tuple(reference64.shape)}"
+    if not ours.is_floating_point():  # an int or bool output is exact
+        assert torch.equal(ours, reference64.to(ours.dtype)), f"{name}: differs from the reference"
+        return
+    ref = reference64.double()
+    if ours.dtype == torch.float64:  # no higher-precision reference: agree to summation order
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name}: {m}")
+        return
+    finite = torch.isfinite(ref)  # +-inf entries (an empty row's lse) must match exactly
+    assert torch.equal(ours.double()[~finite], ref[~finite]), f"{name}: the reference's inf entries differ"
+    ours, torch_same_dtype, ref = ours.double()[finite], torch_same_dtype.double()[finite], ref[finite]
+    our_err = (ours - ref).abs().max().item() if ref.numel() else 0.0
+    torch_err = (torch_same_dtype - ref).abs().max().item() if ref.numel() else 0.0
+    if not math.isfinite(torch_err):
+        torch_err = 0.0
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    eps = max(torch.finfo(ours.dtype).eps, torch.finfo(computed_in or ours.dtype).eps)
+    ulp = 4 * (eps + math.sqrt(summed) * torch.finfo(torch.float32).eps) * max(scale, scale_floor)
+    budget = 2 * torch_err + ulp
+    assert our_err <= budget, (f"{name}: error {our_err:.3g} exceeds 2x PyTorch's same-dtype error "
+                               f"{torch_err:.3g} (+4 ulps {ulp:.3g})")
+
+
+# ---- samples --------------------------------------------------------------------------------------
+
+def _tensor(spec: Any, dtype: torch.dtype, gen: torch.Generator, built: dict[str, Any]) -> torch.Tensor:
+    """One tensor of a sample; float values are drawn in float64 and rounded to ``dtype``, so every
+    dtype sees the same numbers as nearly as it can hold them."""
+    if isinstance(spec, list):
+        spec = {"shape": spec}
+    want = DTYPES[spec["dtype"]] if "dtype" in spec else None
+    if "values" in spec:
+        return torch.tensor(spec["values"], dtype=want or dtype)
+    if "like" in spec:
+        other = built[spec["like"]]
+        shape, want = list(other.shape), want or other.dtype
+    else:
+        shape = spec["shape"]
+    want = want or dtype
+    lo, hi = spec.get("range", (None, None))
+    if want == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    if not want.is_floating_point:
+        return torch.randint(int(lo if lo is not None else 0), int(hi if hi is not None else 10), shape,
+                             generator=gen, dtype=want)
+    if lo is None:
+        values = torch.randn(shape, generator=gen, dtype=torch.float64)
+    else:
+        values = lo + (hi - lo) * torch.rand(shape, generator=gen, dtype=torch.float64)
+    return values.to(want)
+
+
+def _size(size: Any, dims: dict[str, int]) -> int:
+    """A size: an int, or an expression of the sample's dims (checked by the generator)."""
+    return size if isinstance(size, int) else int(eval(size, {"__builtins__": {}}, dict(dims)))  # noqa: S307
+
+
+def build_sample(kinds: dict[str, str], sample: dict[str, Any], dtype: torch.dtype, seed: int = SEED,
+                 dims: Optional[dict[str, int]] = None) -> dict[str, Any]:
+    """The call ``sample`` describes, with float tensors in ``dtype`` (those given a dtype keep it);
+    ``dims`` overrides some of its named sizes."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = {**sample.get("dims", {}), **(dims or {})}
+    built: dict[str, Any] = {}
+    for name, value in sample.items():
+        if name == "dims":
+            continue
+        if value is not None and kinds[name].rstrip("?") == "Tensor":
+            if isinstance(value, list) or "shape" in value:
+                shape = value if isinstance(value, list) else value["shape"]
+                shape = [_size(d, sizes) for d in shape]
+                value = shape if isinstance(value, list) else {**value, "shape": shape}
+            built[name] = _tensor(value, dtype, gen, built)
+        elif isinstance(value, str) and kinds[name].rstrip("?") == "int":
+            built[name] = _size(value, sizes)
+        else:
+            built[name] = list(value) if isinstance(value, list) else value
+    return built
+
+
+def _outputs(out: Any, names: list[str]) -> dict[str, Any]:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return dict(zip(names, outs))
+
+
+def _as_dtype(sample: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    """The sample with its floating tensors in ``dtype`` (float32 statistics stay float32 below float64)."""
+    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in sample.items()}
+
+
+def samples(spec: OpSpec, dtype: torch.dtype) -> list[dict[str, Any]]:
+    """The op's calls in ``dtype``: its own samples, or those derived from its forward's."""
+    if spec.samples is not None:
+        return [build_sample(spec.kinds, s, dtype, SEED + i) for i, s in enumerate(spec.samples)]
+    return [_backward_sample(spec, s, dtype, SEED + i)[0] for i, s in enumerate(spec.forward.samples)]
+
+
+def _bad_call(spec: OpSpec, bad: dict[str, Any]) -> dict[str, Any]:
+    """A bad_calls: item as a call: its sample with other dims, dtype and arguments."""
+    index = bad.get("sample", 0)
+    dtype = DTYPES[bad["dtype"]] if "dtype" in bad else _first_dtype(spec)
+    if spec.samples is not None:
+        x = build_sample(spec.kinds, spec.samples[index], dtype, SEED + index, bad.get("dims"))
+    else:
+        forward = {**spec.forward.samples[index], **bad.get("forward_args", {})}
+        x = _backward_sample(spec, forward, dtype, SEED + index, bad.get("dims"))[0]
+    return {**x, **build_sample(spec.kinds, {**bad.get("args", {}), "dims": dict(_dims_of(spec, index), **bad.get("dims", {}))},
+                                dtype)}
+
+
+def _dims_of(spec: OpSpec, index: int) -> dict[str, int]:
+    own = spec.samples if spec.samples is not None else spec.forward.samples
+    return own[index].get("dims", {})
+
+
+def _backward_sample(spec: OpSpec, forward_sample: dict[str, Any], dtype: torch.dtype, seed: int,
+                     dims: Optional[dict[str, int]] = None
+                     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
+    """(backward call, forward call, incoming gradients) for one forward sample."""
+    fwd = spec.forward
+    x = build_sample(fwd.kinds, forward_sample, dtype, seed, dims)
+    outs = _outputs(fwd.op(**{**x, **fwd.overrides}), fwd.outputs)
+    gen = torch.Generator().manual_seed(seed + 1)
+    grads = {name: torch.randn(outs[name].shape, generator=gen, dtype=torch.float64).to(outs[name].dtype)
+             for _, source, name in fwd.inputs if source == "grad"}
+    call = {}
+    for arg, source, name in fwd.inputs:
+        call[arg] = x.get(name, fwd.defaults.get(name)) if source == "input" else (
+            outs[name] if source == "output" else grads[name])
+    return call, x, grads
+
+
+def _reference_outputs(spec: OpSpec, x: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return _outputs(spec.reference(**x), spec.reference_returns)
+
+
+def _backward_reference(spec: OpSpec, x: dict[str, Any], grads: dict[str, torch.Tensor], dtype: torch.dtype
+                        ) -> dict[str, torch.Tensor]:
+    """The backward's outputs as torch.autograd of the forward's reference, computed in ``dtype``."""
+    fwd = spec.forward
+    x = _as_dtype(x, dtype)
+    wanted = [(fwd_in, bwd_out) for fwd_in, bwd_out in fwd.grads if isinstance(x.get(fwd_in), torch.Tensor)]
+    leaves = [x[fwd_in].detach().requires_grad_() for fwd_in, _ in wanted]
+    x.update({fwd_in: leaf for (fwd_in, _), leaf in zip(wanted, leaves)})
+    outs = _outputs(fwd.reference(**x), fwd.reference_returns)
+    used = [name for name in grads if name in outs]
+    got = torch.autograd.grad([outs[n] for n in used], leaves, [grads[n].to(outs[n].dtype) for n in used],
+                              allow_unused=True)
+    return {bwd_out: (g if g is not None else torch.zeros_like(leaf))
+            for (_, bwd_out), g, leaf in zip(wanted, got, leaves)}
+
+
+def check_reference(spec: OpSpec, dtype: torch.dtype) -> None:
+    """Every sample in ``dtype`` against the float64 reference, within the error budget."""
+    if spec.samples is not None:
+        assert spec.reference is not None, f"{spec.name} has samples but no reference:"
+        for x in samples(spec, dtype):
+            ours = _outputs(spec.op(**x), spec.outputs)
+            ref64 = _reference_outputs(spec, _as_dtype(x, torch.float64))
+            same = _reference_outputs(spec, x) if dtype != torch.float64 else ref64
+            for name in spec.reference_returns:
+                assert_within_budget(ours[name], same[name], ref64[name], f"{spec.name}.{name}", computed_in=dtype)
+        return
+    assert spec.forward.reference is not None, f"{spec.name}'s forward has samples but no reference:"
+    for i, s in enumerate(spec.forward.samples):
+        call, x, grads = _backward_sample(spec, s, dtype, SEED + i)
+        ours = _outputs(spec.op(**call), spec.outputs)
+        grads64 = {k: g.double() for k, g in grads.items()}
+        ref64 = _backward_reference(spec, x, grads64, torch.float64)
+        same = _backward_reference(spec, x, grads, dtype) if dtype != torch.float64 else ref64
+        for name in ref64:
+            assert_within_budget(ours[name], same[name], ref64[name], f"{spec.name}.{name}", computed_in=dtype)
+
+
+def _first_dtype(spec: OpSpec) -> torch.dtype:
+    return torch.float32 if torch.float32 in spec.dtypes or not spec.dtypes else spec.dtypes[0]
+
+
+def _fake(mode: FakeTensorMode, x: dict[str, Any]) -> dict[str, Any]:
+    return {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in x.items()}
+
+
+def _shapes(out: Any) -> list[Any]:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [(tuple(o.shape), o.dtype) if isinstance(o, torch.Tensor) else o for o in outs]
+
+
+def check_fake_shapes(spec: OpSpec) -> None:
+    for x in samples(spec, _first_dtype(spec)):
+        eager = _shapes(spec.op(**x))
+        with FakeTensorMode() as mode:
+            fake = _shapes(spec.op(**_fake(mode, x)))
+        assert fake == eager, f"{spec.name}: fake outputs {fake}, eager {eager}"
+
+
+def check_opcheck(spec: OpSpec) -> None:
+    """torch.library.opcheck of every sample, its differentiable inputs requiring grad (so the
+    autograd registration is checked too)."""
+    for x in samples(spec, _first_dtype(spec)):
+        x.update({n: x[n].detach().requires_grad_() for n in _differentiable(spec, x)})
+        torch.library.opcheck(spec.op, (), x)
+
+
+def _differentiable(spec: OpSpec, x: dict[str, Any]) -> list[str]:
+    return [n for n in spec.differentiable_inputs if isinstance(x.get(n), torch.Tensor) and x[n].is_floating_point()]
+
+
+def check_gradcheck(spec: OpSpec) -> None:
+    """gradcheck in float64 of the differentiable outputs with respect to the differentiable inputs."""
+    for x in samples(spec, torch.float64):
+        names = _differentiable(spec, x)
+
+        def f(*leaves: torch.Tensor, x: dict[str, Any] = x, names: list[str] = names) -> tuple[torch.Tensor, ...]:
+            outs = _outputs(spec.op(**{**x, **dict(zip(names, leaves))}), spec.outputs)
+            return tuple(outs[n] for n in spec.differentiable_outputs)
+
+        assert torch.autograd.gradcheck(f, [x[n].detach().requires_grad_() for n in names], fast_mode=True)
+
+
+def check_compile(spec: OpSpec) -> None:
+    """torch.compile(fullgraph=True) of the first sample's call gives eager's outputs, and its gradients."""
+    x = samples(spec, _first_dtype(spec))[0]
+    names = _differentiable(spec, x)
+    torch._dynamo.reset()  # every op compiles this same code object: start with no cached graphs
+
+    def run(leaves: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return tuple(o for o in _outputs(spec.op(**{**x, **leaves}), spec.outputs).values())
+
+    compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
+    eager_leaves = {n: x[n].detach().requires_grad_(True) for n in names}
+    compiled_leaves = {n: x[n].detach().requires_grad_(True) for n in names}
+    eager, got = run(eager_leaves), compiled(compiled_leaves)
+    for name, a, b in zip(spec.outputs, eager, got):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{spec.name}.{name}: {m}")
+    if not names:
+        return
+    index = [spec.outputs.index(o) for o in spec.differentiable_outputs]
+    weights = [torch.randn(eager[i].shape, generator=torch.Generator().manual_seed(i)).to(eager[i].dtype)
+               for i in index]
+    grads = [torch.autograd.grad(sum((outs[i] * w).sum() for i, w in zip(index, weights)), list(leaves.values()))
+             for outs, leaves in ((eager, eager_leaves), (got, compiled_leaves))]
+    for name, a, b in zip(names, *grads):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m: f"{spec.name} grad of {name}: {m}")
+
+
+# ---- failing calls --------------------------------------------------------------------------------
+
+def _dims_changed(t: torch.Tensor) -> Iterator[list[int]]:
+    yield [1, *t.shape]
+    if t.dim() > 0:
+        yield list(t.shape[1:])
+    yield [*t.shape, 1]
+
+
+def _sizes_changed(t: torch.Tensor, ints: list[int]) -> Iterator[list[int]]:
+    for d in range(t.dim()):
+        for size in (t.shape[d] + 1, t.shape[d] - 1, *[c + k for c in ints for k in (1, -1, 0)], 1, 2 * t.shape[d]):
+            if 0 <= size <= 20000 and size != t.shape[d]:
+                shape = list(t.shape)
+                shape[d] = size
+                if math.prod(shape) <= 1 << 24:
+                    yield shape
+
+
+def _new_like(t: torch.Tensor, shape: list[int], gen: torch.Generator, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    dtype = dtype or t.dtype
+    if dtype == torch.bool:
+        return torch.zeros(shape, dtype=dtype)
+    if not dtype.is_floating_point:
+        return torch.zeros(shape, dtype=dtype)
+    return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+
+
+def _values(kind: str, value: Any, check: CheckSpec) -> Iterator[Any]:
+    base = kind.rstrip("?")
+    if kind.endswith("?") and value is not None:
+        yield None
+    if base == "int":
+        v = value if isinstance(value, int) else 0
+        for c in [*check.ints, v]:
+            yield from (c + 1, c - 1, c)
+        yield from (-2, -1, 0, 1, 2, 5, 2 * v + 1, 1 << 31)
+    elif base == "float":
+        yield from (math.nan, math.inf, -math.inf, 0.0, -1.0, 2.0, 0.5, 1e-3)
+    elif base == "bool":
+        yield not value
+    elif base == "str":
+        for s in check.strs:
+            yield from (s, s.lower())
+        if isinstance(value, str):
+            yield from (value.lower(), value + "X")
+        yield ""
+    elif base == "int[]":
+        v = list(value or [])
+        yield from (v[:-1], v + v[-1:], [], v + [v[-1] + 1] if v else [1])
+
+
+def _variants(spec: OpSpec, x: dict[str, Any], check: CheckSpec, others: list[dict[str, Any]]
+              ) -> Iterator[dict[str, Any]]:
+    """Calls that differ from ``x`` in one argument, as the check's mutations say."""
+    gen = torch.Generator().manual_seed(SEED)
+    if check.strict or check.warn:  # a valid sample may already be past a device limit, or warn
+        yield x
+    for kind, name in check.mutations:
+        value = x.get(name)
+        if kind == "value":
+            for v in _values(spec.kinds[name], value, check):
+                if v != value or type(v) is not type(value):
+                    yield {**x, name: v}
+        elif kind == "none":
+            if value is not None:
+                yield {**x, name: None}
+            else:
+                given = [o[name] for o in others if isinstance(o.get(name), torch.Tensor)]
+                if spec.kinds[name].rstrip("?") == "Tensor":
+                    yield from ({**x, name: t} for t in given[:1])
+                    reference = next((v for v in x.values() if isinstance(v, torch.Tensor)), None)
+                    for shape in ([1], [2, 2]):
+                        for dtype in (reference.dtype if reference is not None else torch.float32, torch.int32):
+                            yield {**x, name: torch.zeros(shape, dtype=dtype)}
+                else:
+                    yield from ({**x, name: v} for v in _values(spec.kinds[name].rstrip("?"), None, check))
+        elif isinstance(value, torch.Tensor):
+            if kind == "dtype":
+                for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+                              torch.bool, torch.uint8):
+                    if dtype != value.dtype:
+                        yield {**x, name: _new_like(value, list(value.shape), gen, dtype)}
+            elif kind == "dim":
+                yield from ({**x, name: _new_like(value, s, gen)} for s in _dims_changed(value))
+            elif kind in ("size", "empty"):
+                if kind == "empty" and value.dim() > 0:
+                    yield {**x, name: _new_like(value, [0, *value.shape[1:]], gen)}
+                if kind == "size":
+                    yield from ({**x, name: _new_like(value, s, gen)} for s in _sizes_changed(value, check.ints))
+
+
+@contextlib.contextmanager
+def _stderr_lines() -> Iterator[list[str]]:
+    """The lines written to file descriptor 2 inside the block: a C++ TORCH_WARN goes there."""
+    import os
+    import tempfile
+
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines += capture.read().splitlines()
+
+
+def _fires(spec: OpSpec, x: dict[str, Any], check: CheckSpec) -> Optional[str]:
+    """The check's text if calling ``x`` gives it (as the error, or the warning of a warn check)."""
+    if check.warn:  # TORCH_WARN prints "[W... file:line] Warning: <text> (function ...)"
+        with _strict(check.strict), _stderr_lines() as lines:
+            try:
+                spec.op(**x)
+            except Exception:  # noqa: BLE001 - an error is not the warning
+                return None
+        for line in lines:
+            found = re.search(f"Warning: ({check.pattern}) \\(function", line)
+            if found:
+                return found.group(1)
+        return None
+    with _strict(check.strict):
+        try:
+            spec.op(**x)
+        except Exception as e:  # noqa: BLE001 - any error text is compared below
+            text = str(e).splitlines()[0] if str(e) else ""
+            return text if re.fullmatch(check.pattern, text) else None
+    return None
+
+
+@contextlib.contextmanager
+def _strict(enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    import op_plugin
+
+    with op_plugin.strict():
+        yield
+
+
+def _fake_text(spec: OpSpec, x: dict[str, Any], check: CheckSpec) -> str:
+    """What the same call says in fake mode: its error (or warning) text."""
+    with _strict(check.strict), warnings.catch_warnings(record=True) as caught, FakeTensorMode() as mode:
+        warnings.simplefilter("always")
+        try:
+            spec.op(**_fake(mode, x))
+        except Exception as e:  # noqa: BLE001
+            return str(e).splitlines()[0] if str(e) else ""
+    texts = [str(w.message).splitlines()[0] for w in caught if re.fullmatch(check.pattern, str(w.message).splitlines()[0])]
+    return texts[0] if texts else "(no error)"
+
+
+def failing_call(spec: OpSpec, index: int) -> tuple[Optional[dict[str, Any]], str]:
+    """A call that fires check ``index`` (a mutated sample, else one of bad_calls:) and its text."""
+    check = spec.checks[index]
+    calls = samples(spec, _first_dtype(spec))
+    for x in calls:
+        for variant in _variants(spec, x, check, calls):
+            text = _fires(spec, variant, check)
+            if text is not None:
+                return variant, text
+    for bad in spec.bad_calls:
+        x = _bad_call(spec, bad)
+        text = _fires(spec, x, check)
+        if text is not None:
+            return x, text
+    return None, ""
+
+
+def check_error(spec: OpSpec, index: int) -> None:
+    """Check ``index`` of the registry fires with its text, in eager and fake mode alike."""
+    check = spec.checks[index]
+    x, text = failing_call(spec, index)
+    assert x is not None, (f"{spec.name}: no mutation of the samples fires the check at line {check.line} "
+                           f"(/{check.pattern}/); give a call that does under bad_calls:")
+    fake = _fake_text(spec, x, check)
+    assert fake == text, f"{spec.name}: line {check.line}: eager says {text!r}, fake mode {fake!r}"
