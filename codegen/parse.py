@@ -541,8 +541,9 @@ def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[s
                 dtype_text += ".dtype"  # `dtype: q` means q's dtype
             with _at(_line(rule, "shape"), f"outputs: {out}: "):
                 shape = E.parse_expr(shape_text, env)
-            if shape.kind != E.SHAPE:
-                raise _Invalid(f"outputs: {out}: shape {shape_text!r} must be a list [d0, d1, ...] or x.shape, "
+            if shape.kind not in (E.SHAPE, E.INT_LIST):
+                raise _Invalid(f"outputs: {out}: shape {shape_text!r} must be a shape ([d0, d1, ...], x.shape, "
+                               "x.shape[:-1] + [1], an int[] argument), "
                                f"but it is {shape.kind}", _line(rule, "shape"))
             with _at(_line(rule, "dtype"), f"outputs: {out}: "):
                 dtype = E.parse_expr(dtype_text, env)

@@ -316,12 +316,48 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:18: f: in expression 'n if n > 0 else layout': both branches of a conditional need one type, got int and str",
         "reg.yaml:20: f: in expression 'x.size(n, 0) == 1': .size() takes 1 argument(s)",
         "reg.yaml:22: f: in expression 'n in ()': 'in' needs a literal tuple of values",
-        "reg.yaml:24: f: in expression 'x[0] == 1': unsupported syntax Subscript",
+        "reg.yaml:24: f: in expression 'x[0] == 1': only shapes and int lists index and slice, not a Tensor ('x')",
         "reg.yaml:26: f: cannot parse expression 'x.dim() ===': invalid syntax",
         'reg.yaml:29: f: format specs are not supported in error text: {x.dim()}',
         "reg.yaml:31: f: bad placeholder in error text 'bad {x.dim()': expected '}' before end of string",
         "reg.yaml:33: f: in expression 'nope': unknown name 'nope' (not an argument, let, or dtype)",
     ], id="type_errors"),
+    pytest.param("""\
+- func: f(Tensor x, int[] size, int n, float s) -> Tensor
+  kernel: F
+  checks:
+    - {expr: "x.shape[::2] == size", error: "a"}
+    - {expr: "x.shape[0, 1] == n", error: "b"}
+    - {expr: "n[0] == 1", error: "c"}
+    - {expr: "len(x.shape + 1) == 2", error: "d"}
+    - {expr: "x.shape[s] == 1", error: "e"}
+    - {expr: "x.shape * 2 == size", error: "f"}
+    - {expr: "x.shape[:-1] < size", error: "g"}
+    - {expr: "x.shape[1:] == n", error: "h"}
+    - {expr: "len(n) == 1", error: "i"}
+    - {expr: "{x.shape: 1} == n", error: "j"}
+    - {expr: "x.shape[:-1 == size", error: "k"}
+  outputs:
+    result0: {shape: "x.shape[-1]", dtype: x}
+""", [
+        "reg.yaml:4: f: in expression 'x.shape[::2] == size': slices take no step (x.shape[a:b], either end may be "
+        "left out)",
+        "reg.yaml:5: f: in expression 'x.shape[0, 1] == n': a shape takes one index or one slice",
+        "reg.yaml:6: f: in expression 'n[0] == 1': only shapes and int lists index and slice, not a int ('n')",
+        "reg.yaml:7: f: in expression 'len(x.shape + 1) == 2': a shape takes only + with another shape or int list, "
+        "got shape and int",
+        "reg.yaml:8: f: in expression 'x.shape[s] == 1': expected int, got float in 's'",
+        "reg.yaml:9: f: in expression 'x.shape * 2 == size': a shape takes only + with another shape or int list, "
+        "got shape and int",
+        "reg.yaml:10: f: in expression 'x.shape[:-1] < size': shape values compare with == and != only",
+        "reg.yaml:11: f: in expression 'x.shape[1:] == n': cannot compare shape with int",
+        "reg.yaml:12: f: in expression 'len(n) == 1': wrong arguments for len(): int",
+        "reg.yaml:13: f: in expression '{x.shape: 1} == n': unsupported syntax Dict ('{x.shape: 1}'); the "
+        "constructs are listed in docs/registry.md",
+        "reg.yaml:14: f: cannot parse expression 'x.shape[:-1 == size': '[' was never closed",
+        "reg.yaml:16: f: outputs: result0: shape 'x.shape[-1]' must be a shape ([d0, d1, ...], x.shape, "
+        "x.shape[:-1] + [1], an int[] argument), but it is int",
+    ], id="shape_errors"),
     pytest.param("""\
 - func: f(Tensor x, int n, str layout) -> Tensor
   kernel: F
@@ -396,7 +432,8 @@ func: f(Tensor x) -> Tensor
 """, [
         "reg.yaml:4: f: outputs: a: 'like: n' does not name a tensor argument",
         "reg.yaml:5: f: outputs: b needs both 'shape:' and 'dtype:' (or 'like:')",
-        "reg.yaml:6: f: outputs: c: shape 'n' must be a list [d0, d1, ...] or x.shape, but it is int",
+        "reg.yaml:6: f: outputs: c: shape 'n' must be a shape ([d0, d1, ...], x.shape, x.shape[:-1] + [1], "
+        "an int[] argument), but it is int",
         "reg.yaml:7: f: outputs: d: dtype 'n' must be a dtype, a tensor argument or stats_dtype(x), but it is int",
         "reg.yaml:8: f: outputs: e takes 'like: ARG' or 'shape:' and 'dtype:', got 'like x'",
         "reg.yaml:10: f: outputs: 'g' is not a return of the schema (a, b, c, d, e, f)",
