@@ -53,6 +53,10 @@ FUNCTIONS = {"len", "min", "max", "isfinite", "upper", "stats_dtype", "varlen_nu
              "data_dependent"}
 
 
+# Errors about what the language has point at its reference.
+SEE = "; see docs/registry.md#expressions"
+
+
 class ExprError(Exception):
     """A malformed or ill-typed expression; the message says what and where."""
 
@@ -166,11 +170,11 @@ class _Checker:
                 return self.env[node.id]
             if node.id in DTYPES:
                 return DTYPE
-            raise self.fail(f"unknown name {node.id!r} (not an argument, let, or dtype)")
+            raise self.fail(f"unknown name {node.id!r} (not an argument, let, or dtype){SEE}")
         if isinstance(node, ast.Attribute):
             owner = self.kind(node.value)
             if base(owner) != TENSOR or node.attr not in ("dtype", "shape"):
-                raise self.fail(f"unsupported attribute .{node.attr} of a {owner}")
+                raise self.fail(f"unsupported attribute .{node.attr} of a {owner}{SEE}")
             return DTYPE if node.attr == "dtype" else SHAPE
         if isinstance(node, ast.Call):
             return self.call(node)
@@ -218,8 +222,7 @@ class _Checker:
             for e in node.elts:
                 self.expect(e, INT)
             return SHAPE
-        raise self.fail(f"unsupported syntax {type(node).__name__} ({ast.unparse(node)!r}); "
-                        "the constructs are listed in docs/registry.md")
+        raise self.fail(f"unsupported syntax {type(node).__name__} ({ast.unparse(node)!r}){SEE}")
 
     def expect(self, node: ast.expr, kind: str) -> None:
         got = self.kind(node)
@@ -233,7 +236,7 @@ class _Checker:
             owner = self.kind(node.func.value)
             method = node.func.attr
             if base(owner) != TENSOR or method not in ("dim", "size", "numel"):
-                raise self.fail(f"unsupported method .{method}() of a {owner}")
+                raise self.fail(f"unsupported method .{method}() of a {owner}{SEE}")
             want = 1 if method == "size" else 0
             if len(node.args) != want:
                 raise self.fail(f".{method}() takes {want} argument(s)")
@@ -241,7 +244,7 @@ class _Checker:
                 self.expect(a, INT)
             return INT
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            raise self.fail(f"unknown function {ast.unparse(node.func)!r}; known: {sorted(FUNCTIONS)}")
+            raise self.fail(f"unknown function {ast.unparse(node.func)!r}; known: {sorted(FUNCTIONS)}{SEE}")
         name = node.func.id
         arg_kinds = [self.kind(a) for a in node.args]
         if name == "len" and len(arg_kinds) == 1 and is_sequence(arg_kinds[0]):

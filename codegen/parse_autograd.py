@@ -14,7 +14,7 @@ from torchgen.model import FunctionSchema
 
 from codegen import expr as E
 from codegen.model import AutogradPair, BackwardInput, Formula, Location, outputs_shaped_by
-from codegen.parse_common import Errors, keys_of, kind_or_empty, line_of
+from codegen.parse_common import Errors, keys_of, kind_or_empty, line_of, see
 
 AUTOGRAD_KEYS = {"backward", "inputs", "grads", "non_differentiable", "forward_overrides"}
 
@@ -58,7 +58,7 @@ def parse_autograd(entry: dict[str, Any], fields: dict[str, Any], funcs: dict[st
     count = len(errors.items)
     for k in keys_of(spec):
         if k not in AUTOGRAD_KEYS:
-            errors.add(line_of(spec, k), op, f"unknown autograd key {k!r}; known: {', '.join(sorted(AUTOGRAD_KEYS))}")
+            errors.add(line_of(spec, k), op, f"unknown autograd key {k!r}; known: {', '.join(sorted(AUTOGRAD_KEYS))}{see('autograd')}")
     backward = spec.get("backward")
     if not isinstance(backward, str):
         errors.add(line, op, "autograd needs 'backward: <op name>'")

@@ -8,7 +8,7 @@ from typing import Any
 from codegen import expr as E
 from codegen import torch_version as TV
 from codegen.model import Check, EnumDef, Let, Location, Rule
-from codegen.parse_common import Errors, Invalid, at_key, expr_text, in_torch_range, keys_of, line_of, literal
+from codegen.parse_common import Errors, Invalid, at_key, expr_text, in_torch_range, keys_of, line_of, literal, see
 
 CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "enum", "error", "strict", "when", "let", "warn", "torch"}
 
@@ -57,7 +57,7 @@ def parse_checks(e: dict[str, Any], op: str, env: dict[str, str], path: str, err
         loc = Location(path, line)
         for k in keys_of(item):
             if k not in CHECK_KEYS:
-                errors.add(line_of(item, k), op, f"unknown check key {k!r}; known: {', '.join(sorted(CHECK_KEYS))}")
+                errors.add(line_of(item, k), op, f"unknown check key {k!r}; known: {', '.join(sorted(CHECK_KEYS))}{see('checks')}")
         if not in_torch_range(item, version, op, errors):
             continue
         if "let" in item:

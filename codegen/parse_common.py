@@ -16,6 +16,11 @@ META_KEYS = {LINE_KEY, KEY_LINES}
 REFERENCE = "docs/registry.md"
 
 
+def see(section: str) -> str:
+    """The pointer an error about the registry's keys ends with: its section of the reference."""
+    return f"; see {REFERENCE}#{section}"
+
+
 class RegistryError(Exception):
     """Every problem found in a registry, one ``file:LINE: op: message`` per line."""
 

@@ -13,7 +13,7 @@ from codegen import expr as E
 from codegen import torch_version as TV
 from codegen.model import Check, EnumDef, IntOutputRule, Location, OutputRule, Rule
 from codegen.parse_checks import parse_checks, parse_dtypes
-from codegen.parse_common import Errors, Invalid, at_key, expr_text, keys_of, line_of, name_hint
+from codegen.parse_common import Errors, Invalid, at_key, expr_text, keys_of, line_of, name_hint, see
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "tags", "doc", "torch"}
 ENUM_KEYS = {"enum", "members", "doc"}
@@ -31,7 +31,7 @@ def parse_enums(data: list[Any], path: str, errors: Errors) -> dict[str, EnumDef
         line, name = line_of(item), item["enum"]
         for k in keys_of(item):
             if k not in ENUM_KEYS:
-                errors.add(line_of(item, k), "", f"enum {name}: unknown key {k!r}; known: {', '.join(sorted(ENUM_KEYS))}")
+                errors.add(line_of(item, k), "", f"enum {name}: unknown key {k!r}; known: {', '.join(sorted(ENUM_KEYS))}{see('enums')}")
         if not isinstance(name, str) or not name.isidentifier() or not name[0].isupper():
             errors.add(line, "", f"'enum:' must name the enum class (a CamelCase identifier), got {name!r}")
             continue
@@ -83,7 +83,7 @@ def parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: Errors,
         return None
     for k in keys_of(e):
         if k not in ENTRY_KEYS:
-            errors.add(line_of(e, k), name, f"unknown key {k!r}; known keys: {', '.join(sorted(ENTRY_KEYS))}")
+            errors.add(line_of(e, k), name, f"unknown key {k!r}; known keys: {', '.join(sorted(ENTRY_KEYS))}{see('entry-keys')}")
 
     kernel = e.get("kernel")
     if not isinstance(kernel, str) or not kernel.isidentifier():
@@ -196,7 +196,8 @@ def _parse_outputs(e: dict[str, Any], func: FunctionSchema, op: str, env: dict[s
                 raise Invalid(f"outputs: {out} takes 'like: ARG' or 'shape:' and 'dtype:', got {rule!r}")
             unknown = [k for k in keys_of(rule) if k not in OUTPUT_KEYS]
             if unknown:
-                raise Invalid(f"outputs: {out}: unknown key {unknown[0]!r}; known: {', '.join(sorted(OUTPUT_KEYS))}",
+                raise Invalid(f"outputs: {out}: unknown key {unknown[0]!r}; known: {', '.join(sorted(OUTPUT_KEYS))}"
+                              f"{see('outputs')}",
                                line_of(rule, unknown[0]))
             if out in int_names or "value" in rule:
                 if out not in int_names or set(keys_of(rule)) != {"value"}:
@@ -245,7 +246,7 @@ def _parse_python(e: dict[str, Any], func: FunctionSchema, op: str, errors: Erro
         return names
     unknown = [k for k in keys_of(spec) if k not in PYTHON_KEYS]
     for k in unknown:
-        errors.add(line_of(spec, k), op, f"unknown python key {k!r}; known: {', '.join(sorted(PYTHON_KEYS))}")
+        errors.add(line_of(spec, k), op, f"unknown python key {k!r}; known: {', '.join(sorted(PYTHON_KEYS))}{see('python')}")
     if unknown:
         return names
     returns = spec.get("returns", list(names))
