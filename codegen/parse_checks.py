@@ -8,7 +8,7 @@ from typing import Any
 from codegen import expr as E
 from codegen import torch_version as TV
 from codegen.model import Check, EnumDef, Let, Location, Rule
-from codegen.parse_common import Errors, Invalid, at_key, expr_text, in_torch_range, keys_of, line_of, literal, see
+from codegen.parse_common import Errors, Invalid, at_key, in_torch_range, keys_of, line_of, literal, see
 
 CHECK_KEYS = {"expr", "arg", "values", "range", "equals", "enum", "error", "strict", "when", "let", "warn", "torch"}
 
