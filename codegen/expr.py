@@ -10,6 +10,11 @@ binding and by ``api/python.py`` into the fake function, so the two cannot drift
     upper(input_layout) in ("BSH", "SBH", "BSND", "BNSD", "TND")
     [T, N + 1]                         (an output shape)
 
+Shapes are sequences of ints: ``x.shape``, list literals ``[T, H]`` and ``int[]`` arguments. They
+index (``x.shape[-1]``), slice (``x.shape[1:]``, ``x.shape[:-1]``; negative bounds count from the
+end, open ends run to it, no step), concatenate (``x.shape[:-1] + [1]``), compare with ``==`` and
+``!=`` and have a ``len()``; docs/registry.md is the reference of every construct.
+
 Names are the op's arguments, ``let`` names, and the dtype names below. Methods: ``dim()``,
 ``size(i)``, ``numel()`` and the attributes ``dtype``, ``shape`` of tensors. Functions:
 ``len``, ``min``, ``max``, ``isfinite``, ``upper``, ``stats_dtype``, ``varlen_numels(q, kv)`` (the
@@ -48,6 +53,10 @@ FUNCTIONS = {"len", "min", "max", "isfinite", "upper", "stats_dtype", "varlen_nu
              "data_dependent"}
 
 
+# Errors about what the language has point at its reference.
+SEE = "; see docs/registry.md#expressions"
+
+
 class ExprError(Exception):
     """A malformed or ill-typed expression; the message says what and where."""
 
@@ -68,6 +77,16 @@ def kind_of_type(t: Type) -> str:
 
 def base(kind: str) -> str:
     return kind.rstrip(OPTIONAL)
+
+
+def is_sequence(kind: str) -> bool:
+    """A shape or an int list (optional or not): what indexes, slices, concatenates and compares as one."""
+    return base(kind) in (SHAPE, INT_LIST)
+
+
+def kind_of(node: ast.expr) -> str:
+    """The kind the checker gave ``node`` (every node of a parsed Expr has one)."""
+    return node.op_plugin_kind  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -127,7 +146,13 @@ class _Checker:
     def fail(self, why: str) -> ExprError:
         return ExprError(f"in expression {self.source!r}: {why}")
 
-    def kind(self, node: ast.expr) -> str:  # noqa: C901 - one case per node type
+    def kind(self, node: ast.expr) -> str:
+        """The kind of ``node``, also recorded on it for the renderers (``kind_of``)."""
+        k = self._kind(node)
+        node.op_plugin_kind = k  # type: ignore[attr-defined]
+        return k
+
+    def _kind(self, node: ast.expr) -> str:  # noqa: C901 - one case per node type
         if isinstance(node, ast.Constant):
             if node.value is None:
                 return NONE
@@ -145,11 +170,11 @@ class _Checker:
                 return self.env[node.id]
             if node.id in DTYPES:
                 return DTYPE
-            raise self.fail(f"unknown name {node.id!r} (not an argument, let, or dtype)")
+            raise self.fail(f"unknown name {node.id!r} (not an argument, let, or dtype){SEE}")
         if isinstance(node, ast.Attribute):
             owner = self.kind(node.value)
             if base(owner) != TENSOR or node.attr not in ("dtype", "shape"):
-                raise self.fail(f"unsupported attribute .{node.attr} of a {owner}")
+                raise self.fail(f"unsupported attribute .{node.attr} of a {owner}{SEE}")
             return DTYPE if node.attr == "dtype" else SHAPE
         if isinstance(node, ast.Call):
             return self.call(node)
@@ -170,10 +195,17 @@ class _Checker:
         if isinstance(node, ast.BinOp):
             if not isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
                 raise self.fail("only + - * // % are supported")
-            kinds = {self.kind(node.left), self.kind(node.right)}
+            left, right = self.kind(node.left), self.kind(node.right)
+            if isinstance(node.op, ast.Add) and is_sequence(left) and is_sequence(right):
+                return SHAPE  # concatenation: x.shape[:-1] + [1]
+            if is_sequence(left) or is_sequence(right):
+                raise self.fail(f"a shape takes only + with another shape or int list, got {left} and {right}")
+            kinds = {left, right}
             if not kinds <= {INT, FLOAT}:
                 raise self.fail("arithmetic needs numbers")
             return FLOAT if FLOAT in kinds else INT
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
         if isinstance(node, ast.Compare):
             return self.compare(node)
         if isinstance(node, ast.IfExp):
@@ -183,12 +215,14 @@ class _Checker:
                 return a
             if base(a) == base(b):  # `x if x is not None else 0`: the value of the optional branch
                 return base(a)
+            if is_sequence(a) and is_sequence(b):
+                return SHAPE
             raise self.fail(f"both branches of a conditional need one type, got {a} and {b}")
         if isinstance(node, ast.List):
             for e in node.elts:
                 self.expect(e, INT)
             return SHAPE
-        raise self.fail(f"unsupported syntax {type(node).__name__}")
+        raise self.fail(f"unsupported syntax {type(node).__name__} ({ast.unparse(node)!r}){SEE}")
 
     def expect(self, node: ast.expr, kind: str) -> None:
         got = self.kind(node)
@@ -202,7 +236,7 @@ class _Checker:
             owner = self.kind(node.func.value)
             method = node.func.attr
             if base(owner) != TENSOR or method not in ("dim", "size", "numel"):
-                raise self.fail(f"unsupported method .{method}() of a {owner}")
+                raise self.fail(f"unsupported method .{method}() of a {owner}{SEE}")
             want = 1 if method == "size" else 0
             if len(node.args) != want:
                 raise self.fail(f".{method}() takes {want} argument(s)")
@@ -210,10 +244,10 @@ class _Checker:
                 self.expect(a, INT)
             return INT
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            raise self.fail(f"unknown function {ast.unparse(node.func)!r}; known: {sorted(FUNCTIONS)}")
+            raise self.fail(f"unknown function {ast.unparse(node.func)!r}; known: {sorted(FUNCTIONS)}{SEE}")
         name = node.func.id
         arg_kinds = [self.kind(a) for a in node.args]
-        if name == "len" and len(arg_kinds) == 1 and base(arg_kinds[0]) == INT_LIST:
+        if name == "len" and len(arg_kinds) == 1 and is_sequence(arg_kinds[0]):
             return INT
         if name in ("min", "max") and len(arg_kinds) == 2 and set(arg_kinds) <= {INT}:
             return INT
@@ -247,8 +281,29 @@ class _Checker:
                 self.expect(e, base(lk))
             return BOOL
         rk = self.kind(right)
+        if is_sequence(lk) and is_sequence(rk):
+            lk = rk = SHAPE  # a shape compares with an int list element by element
         if base(lk) != base(rk) and {base(lk), base(rk)} != {INT, FLOAT}:
             raise self.fail(f"cannot compare {lk} with {rk}")
         if base(lk) in (DTYPE, SHAPE, STR, BOOL) and not isinstance(op, (ast.Eq, ast.NotEq)):
             raise self.fail(f"{lk} values compare with == and != only")
         return BOOL
+
+    def subscript(self, node: ast.Subscript) -> str:
+        """``s[i]`` (an int; negative i counts from the end) and ``s[a:b]`` (a shape) of a shape or int list."""
+        owner = self.kind(node.value)
+        if not is_sequence(owner):
+            raise self.fail(f"only shapes and int lists index and slice, not a {owner} "
+                            f"({ast.unparse(node.value)!r})")
+        index = node.slice
+        if isinstance(index, ast.Slice):
+            if index.step is not None:
+                raise self.fail("slices take no step (x.shape[a:b], either end may be left out)")
+            for bound in (index.lower, index.upper):
+                if bound is not None:
+                    self.expect(bound, INT)
+            return SHAPE
+        if isinstance(index, ast.Tuple):
+            raise self.fail("a shape takes one index or one slice")
+        self.expect(index, INT)
+        return INT

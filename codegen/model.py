@@ -1,4 +1,4 @@
-"""The registry's data model: frozen dataclasses, built only by ``parse.py``."""
+"""The registry's data model: frozen dataclasses, built only by the parser (``parse.py``), each once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -124,6 +124,15 @@ class AutogradPair:
         return tuple(dict.fromkeys(src.name for src in srcs if src.source == "grad"))
 
 
+def outputs_shaped_by(rules: tuple[Rule, ...], outputs: tuple[OutputRule, ...], args: set[str]) -> list[str]:
+    """The outputs whose shape or dtype rule reads one of ``args``, directly or through lets."""
+    depends = set(args)
+    for rule in rules:
+        if isinstance(rule, Let) and rule.expr.names() & depends:
+            depends.add(rule.name)
+    return [o.name for o in outputs if (o.shape.names() | o.dtype.names()) & depends]
+
+
 @dataclass(frozen=True)
 class OpEntry:
     func: FunctionSchema  # as documented (the user-facing call)
@@ -152,11 +161,7 @@ class OpEntry:
 
     def outputs_shaped_by(self, args: set[str]) -> list[str]:
         """The outputs whose shape or dtype rule reads one of ``args``, directly or through lets."""
-        depends = set(args)
-        for rule in self.rules:
-            if isinstance(rule, Let) and rule.expr.names() & depends:
-                depends.add(rule.name)
-        return [o.name for o in self.outputs if (o.shape.names() | o.dtype.names()) & depends]
+        return outputs_shaped_by(self.rules, self.outputs, args)
 
     @property
     def source(self) -> str:

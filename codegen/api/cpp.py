@@ -47,7 +47,33 @@ class ExprRenderer:
             return f"op_plugin::value_of({text}, {cpp_string(text)})"
         return text
 
+    def seq(self, node: ast.expr) -> str:
+        """A shape or int list, as the shape operations (op_plugin/shape_expr.h) take it."""
+        return self.value(node)
+
+    def size(self, tensor: ast.expr, index: ast.expr) -> str:
+        """``x.shape[i]``: the tensor's own size accessor (negative i counts from the end)."""
+        method = "sym_size" if self.symbolic else "size"
+        return f"{self.value(tensor)}.{method}({self.value(index)})"
+
+    def subscript(self, node: ast.Subscript) -> str:
+        index = node.slice
+        if isinstance(index, ast.Slice):
+            lower, upper = (self.value(b) if b is not None else "std::nullopt" for b in (index.lower, index.upper))
+            return f"op_plugin::shape_expr::slice({self.seq(node.value)}, {lower}, {upper})"
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+            return self.size(node.value.value, index)
+        return f"op_plugin::shape_expr::at({self.seq(node.value)}, {self.value(index)})"
+
     def render(self, node: ast.expr) -> str:  # noqa: C901 - one case per node type
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
+        if isinstance(node, ast.BinOp) and E.is_sequence(E.kind_of(node)):
+            return f"op_plugin::shape_expr::concat({self.seq(node.left)}, {self.seq(node.right)})"
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Eq, ast.NotEq)) \
+                and E.is_sequence(E.kind_of(node.left)):
+            op = "==" if isinstance(node.ops[0], ast.Eq) else "!="
+            return f"({self.seq(node.left)} {op} {self.seq(node.comparators[0])})"
         if isinstance(node, ast.Constant):
             if isinstance(node.value, bool):
                 return "true" if node.value else "false"
@@ -75,7 +101,7 @@ class ExprRenderer:
             name = node.func.id  # type: ignore[attr-defined]
             args = ", ".join(self.value(a) for a in node.args)
             if name == "len":
-                return f"static_cast<int64_t>({args}.size())"
+                return f"static_cast<int64_t>({self.seq(node.args[0])}.size())"
             if name in ("min", "max"):
                 return f"std::{name}<int64_t>({args})"
             if name == "isfinite":
@@ -87,6 +113,8 @@ class ExprRenderer:
             op = " && " if isinstance(node.op, ast.And) else " || "
             return "(" + op.join(self.render(v) for v in node.values) + ")"
         if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+                return f"-{self.render(node.operand)}"  # a negative literal: x.shape[-1]
             return ("!" if isinstance(node.op, ast.Not) else "-") + f"({self.render(node.operand)})"
         if isinstance(node, ast.BinOp):
             return f"({self.value(node.left)} {_BIN[type(node.op)]} {self.value(node.right)})"
@@ -100,6 +128,13 @@ class ExprRenderer:
                 return f"({alts})" if isinstance(op, ast.In) else f"!({alts})"
             return f"({self.value(left)} {_CMP[type(op)]} {self.value(right)})"
         if isinstance(node, ast.IfExp):
+            if E.is_sequence(E.kind_of(node)):
+                # A view (x.sizes(), an int[] argument) and a vector meet as a vector: a view of the
+                # vector temporary would dangle.
+                views = [isinstance(b, (ast.Attribute, ast.Name)) for b in (node.body, node.orelse)]
+                body, orelse = (f"op_plugin::shape_expr::vec({self.seq(b)})" if view and not all(views)
+                                else self.seq(b) for b, view in zip((node.body, node.orelse), views))
+                return f"({self.render(node.test)} ? {body} : {orelse})"
             if E.base(self.kind(node.body)) == self.kind(node):  # both branches give a plain value
                 return f"({self.render(node.test)} ? {self.value(node.body)} : {self.value(node.orelse)})"
             return f"({self.render(node.test)} ? {self.render(node.body)} : {self.render(node.orelse)})"

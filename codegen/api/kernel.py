@@ -38,6 +38,14 @@ class KernelExprRenderer(ExprRenderer):
             return name
         return self.render(node)
 
+    def seq(self, node: ast.expr) -> str:
+        if isinstance(node, ast.Name) and E.base(self.env.get(node.id, "")) == E.INT_LIST:
+            return f"op_plugin::check::ints({self.value(node)})"
+        return self.value(node)
+
+    def size(self, tensor: ast.expr, index: ast.expr) -> str:
+        return f"op_plugin::check::size({self.value(tensor)}, {self.value(index)})"
+
     def render(self, node: ast.expr) -> str:  # noqa: C901 - the nodes that differ from the binding's
         if isinstance(node, ast.Name) and node.id in E.DTYPES and node.id not in self.env:
             return KERNEL_DTYPES[node.id]

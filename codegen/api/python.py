@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 
 from torchgen.model import Argument, FunctionSchema
 
@@ -27,24 +28,36 @@ class _ToPython(ast.NodeTransformer):
         return node
 
     def visit_Compare(self, node: ast.Compare) -> ast.expr:
-        # A shape may be a torch.Size (a tuple) or a list literal, and a tuple never equals a
-        # list in Python (C++ compares the sizes): compare shapes as lists.
+        # A shape may be a torch.Size (a tuple), an int list argument or a list literal, and a tuple
+        # never equals a list in Python (C++ compares the sizes): compare shapes as lists.
+        is_sequence = E.is_sequence(E.kind_of(node.left))
         self.generic_visit(node)
-        if isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+        if is_sequence and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
             node.left, node.comparators = self._as_list(node.left), [self._as_list(c) for c in node.comparators]
         return node
 
-    def _as_list(self, node: ast.expr) -> ast.expr:
-        is_shape = (isinstance(node, ast.Attribute) and node.attr == "shape") or (
-            isinstance(node, ast.Name) and self.env.get(node.id) == E.SHAPE)
-        return ast.Call(ast.Name("list", ast.Load()), [node], []) if is_shape else node
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        # s + t over shapes: torch.Size + list raises in Python, so concatenate by unpacking.
+        is_sequence = E.is_sequence(E.kind_of(node))
+        self.generic_visit(node)
+        if not is_sequence:
+            return node
+        parts = [side.elts if isinstance(side, ast.List) else [ast.Starred(side, ast.Load())]
+                 for side in (node.left, node.right)]
+        return ast.List(parts[0] + parts[1], ast.Load())
+
+    @staticmethod
+    def _as_list(node: ast.expr) -> ast.expr:
+        if isinstance(node, ast.List):
+            return node
+        return ast.Call(ast.Name("list", ast.Load()), [node], [])
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
 
 
 def render(e: Expr, env: dict[str, str]) -> str:
-    tree = _ToPython(env).visit(ast.parse(ast.unparse(e.tree), mode="eval").body)
+    tree = _ToPython(env).visit(copy.deepcopy(e.tree))  # the copy keeps the kinds the checker recorded
     return ast.unparse(tree)
 
 

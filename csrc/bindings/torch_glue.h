@@ -15,6 +15,7 @@
 #include <c10/util/OptionalArrayRef.h>
 
 #include "op_plugin/op_api.h"
+#include "op_plugin/shape_expr.h"  // the registry's shape operations (s[i], s[a:b], s + t)
 
 namespace op_plugin {
 

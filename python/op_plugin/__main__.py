@@ -8,7 +8,8 @@
     show OP               one op: schema, arguments, outputs, errors, device limits, autograd
     check [YAML]          validate a registry; every error as file:LINE; exit 1 on errors
     gen --out DIR         run the generator; files written and unchanged
-    new NAME              scaffold an op: registry entry, kernel with both stage functions, test
+    new NAME [--backward] scaffold an op (with --backward, a forward/backward pair): registry entries,
+                          kernels on the generated stages, test
     test [OP ...]         the registry's generated tests of OP (every op with samples: by default):
                           reference in every dtype, fake shapes, opcheck, gradcheck, torch.compile, errors
     bench [FAMILY ...]    the benchmarks' ratio table (benchmarks/run.py); --plot FILE.png draws
@@ -68,42 +69,24 @@ def _doctor() -> int:
     return 0
 
 
-def _new(name: str, directory: str | None, namespace: str) -> int:
-    """Writes a new op's registry entry, kernel and test; each builds and runs as written."""
-    import keyword
-    import re
-
+def _new(name: str, directory: str | None, namespace: str, backward: bool) -> int:
+    """Writes a new op's registry entry (with --backward, its backward's too), kernels and test;
+    each builds and runs as written (codegen/scaffold.py)."""
     _import_codegen()
     from codegen.file_manager import jinja_environment
+    from codegen.scaffold import scaffold
 
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
-        print(f"op-plugin new: {name!r} is not an op name (lower_case_with_underscores)", file=sys.stderr)
-        return 1
     # Without --dir: into the checkout, or outside one into the working directory.
     target = Path(directory) if directory else (checkout_root() or Path.cwd())
-    registry = target / "op_plugin_functions.yaml"
-    kernel_path = target / "csrc" / "kernels" / name / f"{name}_kernel.cpp"
-    test_path = target / "tests" / "ops" / f"test_{name}.py"
-    existing = [str(p) for p in (kernel_path, test_path) if p.exists()]
-    if registry.exists() and re.search(rf"^- func: {name}\(", registry.read_text(), re.M):
-        existing.append(f"{registry} (entry {name})")
-    if existing:
-        print(f"op-plugin new: {name} exists already: {', '.join(existing)}", file=sys.stderr)
-        return 1
-    kernel = "".join(part.capitalize() for part in name.split("_"))
     env = jinja_environment(namespace=namespace)
-    context = dict(name=name, kernel=kernel, kernel_path=os.path.relpath(kernel_path, target))
-    entry = env.get_template("scaffold/entry.yaml.j2").render(**context)
-    if not registry.exists():
-        entry = "# Operator registry (the format is documented in op_plugin's op_plugin_functions.yaml).\n" + entry
-    for path, text in ((kernel_path, env.get_template("scaffold/kernel.cpp.j2").render(**context)),
-                       (test_path, env.get_template("scaffold/test.py.j2").render(**context))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    with open(registry, "a", encoding="utf-8") as f:
-        f.write(entry)
-    print(f"op-plugin new: {name}\n  {registry} (entry appended)\n  {kernel_path}\n  {test_path}\n"
-          f"next: write the math where the files say TODO({name}), build (bash ci/build.sh), run the test")
+    try:
+        written = scaffold(name, target, env, namespace, backward)
+    except ValueError as e:
+        print(f"op-plugin new: {e}", file=sys.stderr)
+        return 1
+    print(f"op-plugin new: {name}{' and ' + name + '_backward' if backward else ''}\n  {written[0]} (appended)\n  "
+          + "\n  ".join(str(p) for p in written[1:])
+          + f"\nnext: write the math where the files say TODO({name}), build (bash ci/build.sh), run the test")
     return 0
 
 
@@ -179,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="the tree to add it to (default: the source tree); gets op_plugin_functions.yaml, "
                                  "csrc/kernels/NAME/ and tests/ops/")
     p.add_argument("--namespace", default="op_plugin", help="torch namespace the test calls (torch.ops.NAMESPACE)")
+    p.add_argument("--backward", action="store_true", help="also NAME_backward, derived from NAME, with the "
+                                                            "autograd: pairing and a gradient test")
     p = sub.add_parser("test", help="run the registry's generated tests of OP (default: every op with samples:)")
     p.add_argument("ops", nargs="*", metavar="OP")
     p.add_argument("--registry", help="a registry YAML (default: op_plugin_functions.yaml of the source tree)")
@@ -201,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         return _doctor()
     if args.command == "new":
-        return _new(args.name, args.dir, args.namespace)
+        return _new(args.name, args.dir, args.namespace, args.backward)
     if args.command == "test":
         return _test(args.ops, args.registry, args.namespace, ["-k", args.select] if args.select else [])
     if args.command == "bench":

@@ -38,7 +38,7 @@ CASES = [
   outputs: {result0: {like: x}}
   restrict: {x: 1}
 """, [
-        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch",
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch; see docs/registry.md#entry-keys",
     ], id="unknown_entry_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -49,7 +49,7 @@ CASES = [
       hint: "reshape"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:6: f: unknown check key 'hint'; known: arg, enum, equals, error, expr, let, range, strict, torch, values, warn, when",
+        "reg.yaml:6: f: unknown check key 'hint'; known: arg, enum, equals, error, expr, let, range, strict, torch, values, warn, when; see docs/registry.md#checks",
     ], id="unknown_check_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -57,7 +57,7 @@ CASES = [
   outputs:
     result0: {like: x, layout: strided}
 """, [
-        "reg.yaml:4: f: outputs: result0: unknown key 'layout'; known: dtype, like, shape, value",
+        "reg.yaml:4: f: outputs: result0: unknown key 'layout'; known: dtype, like, shape, value; see docs/registry.md#outputs",
     ], id="unknown_output_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -71,7 +71,7 @@ CASES = [
   outputs: {result0: {like: x}}
 """, [
         "reg.yaml:5: f: autograd: no source for f_grad argument 'grad'; name it under autograd.inputs",
-        "reg.yaml:6: f: unknown autograd key 'save'; known: backward, forward_overrides, grads, inputs, non_differentiable",
+        "reg.yaml:6: f: unknown autograd key 'save'; known: backward, forward_overrides, grads, inputs, non_differentiable; see docs/registry.md#autograd",
     ], id="unknown_autograd_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -79,7 +79,7 @@ CASES = [
   outputs: {result0: {like: x}}
   python: {name: g}
 """, [
-        "reg.yaml:4: f: unknown python key 'name'; known: returns",
+        "reg.yaml:4: f: unknown python key 'name'; known: returns; see docs/registry.md#python",
     ], id="unknown_python_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -238,7 +238,7 @@ func: f(Tensor x) -> Tensor
       error: "x must be {D}D"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:4: f: in expression 'x.dim() == D': unknown name 'D' (not an argument, let, or dtype)",
+        "reg.yaml:4: f: in expression 'x.dim() == D': unknown name 'D' (not an argument, let, or dtype); see docs/registry.md#expressions",
     ], id="unknown_name"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -248,7 +248,7 @@ func: f(Tensor x) -> Tensor
       error: "x must be 2D"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['data_dependent', 'isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper', 'varlen_batches', 'varlen_numels']",
+        "reg.yaml:4: f: in expression 'abs(x.dim()) == 2': unknown function 'abs'; known: ['data_dependent', 'isfinite', 'len', 'max', 'min', 'stats_dtype', 'upper', 'varlen_batches', 'varlen_numels']; see docs/registry.md#expressions",
     ], id="unknown_function"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -258,7 +258,7 @@ func: f(Tensor x) -> Tensor
       error: "x must be contiguous"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:4: f: in expression 'x.stride(0) == 1': unsupported method .stride() of a Tensor",
+        "reg.yaml:4: f: in expression 'x.stride(0) == 1': unsupported method .stride() of a Tensor; see docs/registry.md#expressions",
     ], id="unknown_method"),
     pytest.param("""\
 - func: f(Tensor x, int n) -> Tensor
@@ -268,7 +268,7 @@ func: f(Tensor x) -> Tensor
       error: "bad"
   outputs: {result0: {like: x}}
 """, [
-        "reg.yaml:4: f: in expression 'x.device == n': unsupported attribute .device of a Tensor",
+        "reg.yaml:4: f: in expression 'x.device == n': unsupported attribute .device of a Tensor; see docs/registry.md#expressions",
     ], id="unknown_attribute"),
     pytest.param("""\
 - func: f(Tensor x, str layout, int n, int? w=None) -> Tensor
@@ -316,12 +316,48 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:18: f: in expression 'n if n > 0 else layout': both branches of a conditional need one type, got int and str",
         "reg.yaml:20: f: in expression 'x.size(n, 0) == 1': .size() takes 1 argument(s)",
         "reg.yaml:22: f: in expression 'n in ()': 'in' needs a literal tuple of values",
-        "reg.yaml:24: f: in expression 'x[0] == 1': unsupported syntax Subscript",
+        "reg.yaml:24: f: in expression 'x[0] == 1': only shapes and int lists index and slice, not a Tensor ('x')",
         "reg.yaml:26: f: cannot parse expression 'x.dim() ===': invalid syntax",
         'reg.yaml:29: f: format specs are not supported in error text: {x.dim()}',
         "reg.yaml:31: f: bad placeholder in error text 'bad {x.dim()': expected '}' before end of string",
-        "reg.yaml:33: f: in expression 'nope': unknown name 'nope' (not an argument, let, or dtype)",
+        "reg.yaml:33: f: in expression 'nope': unknown name 'nope' (not an argument, let, or dtype); see docs/registry.md#expressions",
     ], id="type_errors"),
+    pytest.param("""\
+- func: f(Tensor x, int[] size, int n, float s) -> Tensor
+  kernel: F
+  checks:
+    - {expr: "x.shape[::2] == size", error: "a"}
+    - {expr: "x.shape[0, 1] == n", error: "b"}
+    - {expr: "n[0] == 1", error: "c"}
+    - {expr: "len(x.shape + 1) == 2", error: "d"}
+    - {expr: "x.shape[s] == 1", error: "e"}
+    - {expr: "x.shape * 2 == size", error: "f"}
+    - {expr: "x.shape[:-1] < size", error: "g"}
+    - {expr: "x.shape[1:] == n", error: "h"}
+    - {expr: "len(n) == 1", error: "i"}
+    - {expr: "{x.shape: 1} == n", error: "j"}
+    - {expr: "x.shape[:-1 == size", error: "k"}
+  outputs:
+    result0: {shape: "x.shape[-1]", dtype: x}
+""", [
+        "reg.yaml:4: f: in expression 'x.shape[::2] == size': slices take no step (x.shape[a:b], either end may be "
+        "left out)",
+        "reg.yaml:5: f: in expression 'x.shape[0, 1] == n': a shape takes one index or one slice",
+        "reg.yaml:6: f: in expression 'n[0] == 1': only shapes and int lists index and slice, not a int ('n')",
+        "reg.yaml:7: f: in expression 'len(x.shape + 1) == 2': a shape takes only + with another shape or int list, "
+        "got shape and int",
+        "reg.yaml:8: f: in expression 'x.shape[s] == 1': expected int, got float in 's'",
+        "reg.yaml:9: f: in expression 'x.shape * 2 == size': a shape takes only + with another shape or int list, "
+        "got shape and int",
+        "reg.yaml:10: f: in expression 'x.shape[:-1] < size': shape values compare with == and != only",
+        "reg.yaml:11: f: in expression 'x.shape[1:] == n': cannot compare shape with int",
+        "reg.yaml:12: f: in expression 'len(n) == 1': wrong arguments for len(): int",
+        "reg.yaml:13: f: in expression '{x.shape: 1} == n': unsupported syntax Dict ('{x.shape: 1}'); see "
+        "docs/registry.md#expressions",
+        "reg.yaml:14: f: cannot parse expression 'x.shape[:-1 == size': '[' was never closed",
+        "reg.yaml:16: f: outputs: result0: shape 'x.shape[-1]' must be a shape ([d0, d1, ...], x.shape, "
+        "x.shape[:-1] + [1], an int[] argument), but it is int",
+    ], id="shape_errors"),
     pytest.param("""\
 - func: f(Tensor x, int n, str layout) -> Tensor
   kernel: F
@@ -396,7 +432,8 @@ func: f(Tensor x) -> Tensor
 """, [
         "reg.yaml:4: f: outputs: a: 'like: n' does not name a tensor argument",
         "reg.yaml:5: f: outputs: b needs both 'shape:' and 'dtype:' (or 'like:')",
-        "reg.yaml:6: f: outputs: c: shape 'n' must be a list [d0, d1, ...] or x.shape, but it is int",
+        "reg.yaml:6: f: outputs: c: shape 'n' must be a shape ([d0, d1, ...], x.shape, x.shape[:-1] + [1], "
+        "an int[] argument), but it is int",
         "reg.yaml:7: f: outputs: d: dtype 'n' must be a dtype, a tensor argument or stats_dtype(x), but it is int",
         "reg.yaml:8: f: outputs: e takes 'like: ARG' or 'shape:' and 'dtype:', got 'like x'",
         "reg.yaml:10: f: outputs: 'g' is not a return of the schema (a, b, c, d, e, f)",
@@ -602,7 +639,7 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:5: 'enum:' must name the enum class (a CamelCase identifier), got 'lower'",
         "reg.yaml:8: enum Bad: members are UPPER_CASE names with int values, not 'a'",
         "reg.yaml:10: enum Twice: two members have the same value",
-        "reg.yaml:11: enum Twice: unknown key 'color'; known: doc, enum, members",
+        "reg.yaml:11: enum Twice: unknown key 'color'; known: doc, enum, members; see docs/registry.md#enums",
         "reg.yaml:15: f: enum 'Nope' is not defined (a '- enum: Nope' item with its members)",
         "reg.yaml:16: f: enum: 's' is a float; an enum names the values of an int argument",
         "reg.yaml:17: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals/enum",
@@ -633,7 +670,7 @@ func: f(Tensor x) -> Tensor
   kernel: D2
 """, [
         "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
-        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch; see docs/registry.md#entry-keys",
         "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
         "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
         "reg.yaml:14: d: duplicate key 'kernel'",
@@ -685,8 +722,8 @@ def test_block_style_errors_name_the_line_of_their_key() -> None:
       dtype: float33
 """
     assert errors_of(text) == [
-        "reg.yaml:7: f: in expression 'm': unknown name 'm' (not an argument, let, or dtype)",
-        "reg.yaml:11: f: outputs: result0: in expression 'float33': unknown name 'float33' (not an argument, let, or dtype)",
+        "reg.yaml:7: f: in expression 'm': unknown name 'm' (not an argument, let, or dtype); see docs/registry.md#expressions",
+        "reg.yaml:11: f: outputs: result0: in expression 'float33': unknown name 'float33' (not an argument, let, or dtype); see docs/registry.md#expressions",
     ]
 
 

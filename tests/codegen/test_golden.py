@@ -48,7 +48,7 @@ def _generate(fixture: str, out: Path) -> Any:
 
 
 def test_every_fixture_has_a_golden_directory() -> None:
-    assert FIXTURE_NAMES == ["autograd", "enums", "minimal", "options"]
+    assert FIXTURE_NAMES == ["autograd", "enums", "minimal", "options", "shapes"]
     assert sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()) == FIXTURE_NAMES
 
 
@@ -111,7 +111,7 @@ def test_golden_covers_the_features_it_claims(tmp_path: Path) -> None:
                   "W = S - 1 if flag else S"):
         assert piece in fakes, piece
     ops = (tmp_path / "o/python/ops.py").read_text()
-    assert "y, stats, = torch.ops.op_plugin.masked_mix(" in ops and "    return y\n" in ops
+    assert "y, stats = torch.ops.op_plugin.masked_mix(" in ops and "    return y\n" in ops
 
 
 # ---- write-if-changed, --check, manifest --------------------------------------------------------
@@ -307,7 +307,7 @@ RENDERED = [
      "(!bias.has_value() || (op_plugin::value_of(bias, \"bias\").dim() == 1))",
      "bias is None or bias.dim() == 1"),
     ("bias is not None and bias.size(0) == q.size(-1)",
-     "(bias.has_value() && (op_plugin::value_of(bias, \"bias\").size(0) == q.size(-(1))))",
+     "(bias.has_value() && (op_plugin::value_of(bias, \"bias\").size(0) == q.size(-1)))",
      "bias is not None and bias.size(0) == q.size(-1)"),
     ("window is None or window >= 1",
      "(!window.has_value() || (op_plugin::value_of(window, \"window\") >= 1))",

@@ -1,17 +1,20 @@
-"""`op-plugin new NAME` scaffolds an op that builds and whose test runs as written: every test
-passes except the reference test, expected to fail while the kernel's math is the scaffold's copy."""
+"""`op-plugin new NAME` and `op-plugin new NAME --backward` scaffold ops that build and whose tests
+pass as written: a plain op and a forward/backward pair, scaffolded into one temporary tree and
+built together (one compile), then every test of both test files runs."""
 from __future__ import annotations
 
 import importlib.util
-import os
+import inspect
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = "op_plugin_scaffold"
 
 
 def _load(path: Path, name: str):
@@ -22,30 +25,64 @@ def _load(path: Path, name: str):
     return module
 
 
-def test_new_op_builds_and_its_test_runs(tmp_path: Path) -> None:
+def _new(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "op_plugin", "new", *args, "--dir", str(tree), "--namespace", NAMESPACE],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def _run_every_test(module) -> list[str]:
+    """Calls each test_* function of ``module``, once per parameter of its parametrize mark."""
+    ran = []
+    for name, test in inspect.getmembers(module, inspect.isfunction):
+        if not name.startswith("test_"):
+            continue
+        marks = [m for m in getattr(test, "pytestmark", []) if m.name == "parametrize"]
+        assert all(m.name == "parametrize" for m in getattr(test, "pytestmark", [])), f"{name}: unexpected mark"
+        values = [(v,) for v in marks[0].args[1]] if marks else [()]
+        for args in values:
+            test(*args)
+            ran.append(name)
+    return ran
+
+
+def test_new_plain_op_and_pair_build_and_their_tests_pass(tmp_path: Path) -> None:
     import op_plugin  # noqa: F401  (the generated fakes use op_plugin's runtime helpers)
 
     tree = tmp_path / "my_ops"
-    r = subprocess.run([sys.executable, "-m", "op_plugin", "new", "scaffolded_scale", "--dir", str(tree),
-                        "--namespace", "op_plugin_scaffold"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    kernel = tree / "csrc" / "kernels" / "scaffolded_scale" / "scaffolded_scale_kernel.cpp"
-    test_file = tree / "tests" / "ops" / "test_scaffolded_scale.py"
-    assert kernel.is_file() and test_file.is_file() and "TODO(scaffolded_scale)" in kernel.read_text()
-    again = subprocess.run([sys.executable, "-m", "op_plugin", "new", "scaffolded_scale", "--dir", str(tree)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    plain, pair = _new(tree, "scaffolded_scale"), _new(tree, "scaffolded_pair", "--backward")
+    assert plain.returncode == 0, plain.stderr
+    assert pair.returncode == 0, pair.stderr
+    folder = tree / "csrc" / "kernels" / "scaffolded_pair"
+    kernels = [tree / "csrc" / "kernels" / "scaffolded_scale" / "scaffolded_scale_kernel.cpp",
+               folder / "scaffolded_pair_kernel.cpp", folder / "scaffolded_pair_backward_kernel.cpp"]
+    assert all(k.is_file() and "TODO(scaffolded_" in k.read_text() for k in kernels)
+    again = _new(tree, "scaffolded_pair")
     assert again.returncode == 1 and "exists already" in again.stderr
 
+    # The pair: a derived backward schema and the autograd: block that pairs them.
+    entries = {e["func"].split("(")[0]: e for e in yaml.safe_load((tree / "op_plugin_functions.yaml").read_text())}
+    assert sorted(entries) == ["scaffolded_pair", "scaffolded_pair_backward", "scaffolded_scale"]
+    assert entries["scaffolded_pair_backward"]["func"] == (
+        "scaffolded_pair_backward(Tensor grad_y, Tensor x, Tensor y, float scale=1.0) -> Tensor grad_x")
+    assert entries["scaffolded_pair"]["autograd"] == {"backward": "scaffolded_pair_backward",
+                                                      "inputs": {"grad_y": "grad(y)"}, "grads": {"x": "grad_x"}}
+    assert "autograd" not in entries["scaffolded_scale"]
+    test_files = [tree / "tests" / "ops" / f"test_{n}.py" for n in ("scaffolded_scale", "scaffolded_pair")]
+    assert all('if "op_plugin" == "op_plugin"' not in f.read_text() for f in test_files)
+
     build = _load(ROOT / "python" / "op_plugin" / "build.py", "op_plugin_build_scaffold")
-    python_dir = build.build_op_package(str(tree / "op_plugin_functions.yaml"), [str(kernel)], str(tmp_path / "build"),
-                                        namespace="op_plugin_scaffold", extension="op_plugin_scaffold_ext")
+    python_dir = build.build_op_package(str(tree / "op_plugin_functions.yaml"), [str(k) for k in kernels],
+                                        str(tmp_path / "build"), namespace=NAMESPACE,
+                                        extension="op_plugin_scaffold_ext")
     for name in ("fakes", "ops"):
         _load(Path(python_dir) / f"{name}.py", f"op_plugin_scaffold_{name}")
-    tests = _load(test_file, "test_scaffolded_scale_generated")
-    tests.test_shape_dtype_and_fake(torch.float32)
-    tests.test_shape_dtype_and_fake(torch.float64)
-    tests.test_opcheck()
-    tests.test_bad_input_is_a_clear_error()
-    assert [m.name for m in tests.test_matches_the_float64_reference.pytestmark] == ["xfail"]
-    with pytest.raises(AssertionError):  # the stated TODO: the kernel copies x
-        tests.test_matches_the_float64_reference()
+    plain = _load(test_files[0], "test_scaffolded_scale_generated")
+    plain_ran = _run_every_test(plain)
+    pair_ran = _run_every_test(_load(test_files[1], "test_scaffolded_pair_generated"))
+    assert "test_matches_the_reference" in plain_ran and "test_bad_input_is_a_clear_error" in plain_ran
+    assert {"test_gradient_matches_the_reference", "test_backward_checks_its_inputs"} <= set(pair_ran)
+    assert "test_gradient_matches_the_reference" not in plain_ran
+    plain.OP = lambda x, scale: x  # other math: the reference test is not vacuous
+    with pytest.raises(AssertionError):
+        plain.test_matches_the_reference(torch.float64)
+

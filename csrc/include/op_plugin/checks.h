@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "op_plugin/shape_expr.h"
 #include "op_plugin/status.h"
 #include "op_plugin/tensor.h"
 
@@ -46,6 +47,9 @@ inline opDataType stats_dtype(const opTensor* t) { return stats_dtype(t->dtype);
 // ---- functions --------------------------------------------------------------------------------
 
 inline int64_t len(const opIntArray* a) { return a->size; }
+inline int64_t len(const std::vector<int64_t>& shape) { return static_cast<int64_t>(shape.size()); }
+// An int[] argument as a shape, for the shape operations (op_plugin/shape_expr.h) and comparisons.
+inline std::vector<int64_t> ints(const opIntArray* a) { return std::vector<int64_t>(a->data, a->data + a->size); }
 std::string upper(std::string_view s);
 // Sequences of cumulative lengths without a leading 0: a trailing run of zeros drops batches.
 int64_t varlen_batches(const opIntArray* cumulative);

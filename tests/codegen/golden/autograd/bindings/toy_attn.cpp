@@ -55,8 +55,8 @@ ToyAttnCall plan_toy_attn(const at::Tensor & q, const at::Tensor & k, const ::st
 
 ::std::tuple<at::Tensor,at::Tensor> toy_attn_cpu(const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & mask, double scale) {
   ToyAttnCall call = plan_toy_attn(q, k, mask, scale);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(ToyAttn(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(ToyAttn(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "toy_attn");
   return ::std::tuple<at::Tensor,at::Tensor>(call.out, call.lse);
 }

@@ -60,8 +60,8 @@ ToyAttnGradCall plan_toy_attn_grad(const at::Tensor & grad_out, const at::Tensor
 
 ::std::tuple<at::Tensor,at::Tensor> toy_attn_grad_cpu(const at::Tensor & grad_out, const at::Tensor & q, const at::Tensor & k, const at::Tensor & out, const at::Tensor & softmax_lse, const ::std::optional<at::Tensor> & mask, double scale, bool deterministic) {
   ToyAttnGradCall call = plan_toy_attn_grad(grad_out, q, k, out, softmax_lse, mask, scale, deterministic);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(ToyAttnGrad(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(ToyAttnGrad(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "toy_attn_grad");
   return ::std::tuple<at::Tensor,at::Tensor>(call.grad_q, call.grad_k);
 }

@@ -48,8 +48,8 @@ ToyDropoutCall plan_toy_dropout(const at::Tensor & x, double p, uint64_t rng_see
   uint64_t rng_seed = 0, rng_offset = 0;
   if ((p > 0.0)) draw_seed_and_offset(&rng_seed, &rng_offset);
   ToyDropoutCall call = plan_toy_dropout(x, p, rng_seed, rng_offset);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(ToyDropout(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(ToyDropout(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "toy_dropout");
   return ::std::tuple<at::Tensor,int64_t,int64_t>(call.y, call.seed, call.numels);
 }

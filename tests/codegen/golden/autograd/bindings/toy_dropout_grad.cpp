@@ -44,8 +44,8 @@ ToyDropoutGradCall plan_toy_dropout_grad(const at::Tensor & grad_y, double p, in
 
 at::Tensor toy_dropout_grad_cpu(const at::Tensor & grad_y, double p, int64_t seed, int64_t numels) {
   ToyDropoutGradCall call = plan_toy_dropout_grad(grad_y, p, seed, numels);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(ToyDropoutGrad(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(ToyDropoutGrad(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "toy_dropout_grad");
   return call.grad_x;
 }

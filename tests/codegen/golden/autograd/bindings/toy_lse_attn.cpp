@@ -53,8 +53,8 @@ ToyLseAttnCall plan_toy_lse_attn(const at::Tensor & q, const at::Tensor & k, con
 
 ::std::tuple<at::Tensor,at::Tensor> toy_lse_attn_cpu(const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & bias, bool return_lse) {
   ToyLseAttnCall call = plan_toy_lse_attn(q, k, bias, return_lse);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(ToyLseAttn(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(ToyLseAttn(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "toy_lse_attn");
   return ::std::tuple<at::Tensor,at::Tensor>(call.out, call.lse);
 }

@@ -2,6 +2,7 @@
 // source: autograd.yaml entry toy_attn_grad
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ opStatus ToyAttnGradCheckArguments(const opTensor* grad_out, const opTensor* q, 
     OP_TRY(check::check_output(grad_q, "grad_q", op_plugin::check::shape(q), q->dtype));
     OP_TRY(check::check_output(grad_k, "grad_k", op_plugin::check::shape(k), k->dtype));
   } catch (const check::ArgumentError& e) {
+    return fail(OP_ERR_PARAM_INVALID, e.what());
+  } catch (const std::out_of_range& e) {  // a shape index past its end (op_plugin/shape_expr.h)
     return fail(OP_ERR_PARAM_INVALID, e.what());
   }
   // What the kernel reads: known dtypes, contiguous memory, data pointers (only the kernel API has them).

@@ -2,6 +2,7 @@
 // source: autograd.yaml entry toy_dropout_grad
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ opStatus ToyDropoutGradCheckArguments(const opTensor* grad_y, double p, int64_t 
     // The outputs the caller allocated: the shapes and dtypes the registry's output rules give.
     OP_TRY(check::check_output(grad_x, "grad_x", op_plugin::check::shape(grad_y), grad_y->dtype));
   } catch (const check::ArgumentError& e) {
+    return fail(OP_ERR_PARAM_INVALID, e.what());
+  } catch (const std::out_of_range& e) {  // a shape index past its end (op_plugin/shape_expr.h)
     return fail(OP_ERR_PARAM_INVALID, e.what());
   }
   // What the kernel reads: known dtypes, contiguous memory, data pointers (only the kernel API has them).

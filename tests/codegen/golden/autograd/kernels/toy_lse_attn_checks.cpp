@@ -2,6 +2,7 @@
 // source: autograd.yaml entry toy_lse_attn
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ opStatus ToyLseAttnCheckArguments(const opTensor* q, const opTensor* k, const op
     OP_TRY(check::check_output(out, "out", op_plugin::check::shape(q), q->dtype));
     OP_TRY(check::check_output(lse, "lse", (return_lse ? std::vector<int64_t>{op_plugin::check::size(q, 0)} : std::vector<int64_t>{1}), OP_DT_FLOAT));
   } catch (const check::ArgumentError& e) {
+    return fail(OP_ERR_PARAM_INVALID, e.what());
+  } catch (const std::out_of_range& e) {  // a shape index past its end (op_plugin/shape_expr.h)
     return fail(OP_ERR_PARAM_INVALID, e.what());
   }
   // What the kernel reads: known dtypes, contiguous memory, data pointers (only the kernel API has them).

@@ -26,7 +26,7 @@ def toy_attn(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: floa
 
     Registry: autograd.yaml:4
     """
-    out, lse, = torch.ops.op_plugin.toy_attn(q, k, mask=mask, scale=scale)
+    out, lse = torch.ops.op_plugin.toy_attn(q, k, mask=mask, scale=scale)
     return out
 
 
@@ -39,7 +39,7 @@ def toy_attn_grad(grad_out: Tensor, q: Tensor, k: Tensor, out: Tensor, softmax_l
 
     Registry: autograd.yaml:23
     """
-    grad_q, grad_k, = torch.ops.op_plugin.toy_attn_grad(grad_out, q, k, out, softmax_lse, mask, scale, deterministic)
+    grad_q, grad_k = torch.ops.op_plugin.toy_attn_grad(grad_out, q, k, out, softmax_lse, mask, scale, deterministic)
     return grad_q, grad_k
 
 
@@ -52,7 +52,7 @@ def toy_lse_attn(q: Tensor, k: Tensor, bias: Optional[Tensor] = None, return_lse
 
     Registry: autograd.yaml:33
     """
-    out, lse, = torch.ops.op_plugin.toy_lse_attn(q, k, bias, return_lse)
+    out, lse = torch.ops.op_plugin.toy_lse_attn(q, k, bias, return_lse)
     return out, lse
 
 
@@ -65,7 +65,7 @@ def toy_dropout(x: Tensor, p: float = 0.5) -> tuple[Tensor, int, int]:
 
     Registry: autograd.yaml:51
     """
-    y, seed, numels, = torch.ops.op_plugin.toy_dropout(x, p)
+    y, seed, numels = torch.ops.op_plugin.toy_dropout(x, p)
     return y, seed, numels
 
 
@@ -78,5 +78,5 @@ def toy_dropout_grad(grad_y: Tensor, p: float, seed: int, numels: int) -> Tensor
 
     Registry: autograd.yaml:64
     """
-    grad_x, = (torch.ops.op_plugin.toy_dropout_grad(grad_y, p, seed, numels),)
+    grad_x = torch.ops.op_plugin.toy_dropout_grad(grad_y, p, seed, numels)
     return grad_x

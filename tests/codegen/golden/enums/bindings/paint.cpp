@@ -46,8 +46,8 @@ PaintCall plan_paint(const at::Tensor & x, int64_t shade, ::std::optional<int64_
 
 at::Tensor paint_cpu(const at::Tensor & x, int64_t shade, ::std::optional<int64_t> edge) {
   PaintCall call = plan_paint(x, shade, edge);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(Paint(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(Paint(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "paint");
   return call.result0;
 }

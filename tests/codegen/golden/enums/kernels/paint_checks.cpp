@@ -2,6 +2,7 @@
 // source: enums.yaml entry paint
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ opStatus PaintCheckArguments(const opTensor* x, int64_t shade, const int64_t* ed
     // The outputs the caller allocated: the shapes and dtypes the registry's output rules give.
     OP_TRY(check::check_output(result0, "result0", op_plugin::check::shape(x), x->dtype));
   } catch (const check::ArgumentError& e) {
+    return fail(OP_ERR_PARAM_INVALID, e.what());
+  } catch (const std::out_of_range& e) {  // a shape index past its end (op_plugin/shape_expr.h)
     return fail(OP_ERR_PARAM_INVALID, e.what());
   }
   // What the kernel reads: known dtypes, contiguous memory, data pointers (only the kernel API has them).

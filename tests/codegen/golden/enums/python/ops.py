@@ -47,5 +47,5 @@ def paint(x: Tensor, shade: Union[Shade, int, str] = 0, *, edge: Optional[Union[
         shade = _enum_arg(Shade, shade, "paint", "shade")
     if type(edge) is not int:  # a Shade member or name (an int goes straight through)
         edge = _enum_arg(Shade, edge, "paint", "edge")
-    result0, = (torch.ops.op_plugin.paint(x, shade, edge=edge),)
+    result0 = torch.ops.op_plugin.paint(x, shade, edge=edge)
     return result0

@@ -44,8 +44,8 @@ IdentityCopyCall plan_identity_copy(const at::Tensor & x) {
 
 at::Tensor identity_copy_cpu(const at::Tensor & x) {
   IdentityCopyCall call = plan_identity_copy(x);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(IdentityCopy(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(IdentityCopy(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "identity_copy");
   return call.result0;
 }

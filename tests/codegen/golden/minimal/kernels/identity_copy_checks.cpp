@@ -2,6 +2,7 @@
 // source: minimal.yaml entry identity_copy
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ opStatus IdentityCopyCheckArguments(const opTensor* x, opTensor* result0) {
     // The outputs the caller allocated: the shapes and dtypes the registry's output rules give.
     OP_TRY(check::check_output(result0, "result0", op_plugin::check::shape(x), x->dtype));
   } catch (const check::ArgumentError& e) {
+    return fail(OP_ERR_PARAM_INVALID, e.what());
+  } catch (const std::out_of_range& e) {  // a shape index past its end (op_plugin/shape_expr.h)
     return fail(OP_ERR_PARAM_INVALID, e.what());
   }
   // What the kernel reads: known dtypes, contiguous memory, data pointers (only the kernel API has them).

@@ -20,5 +20,5 @@ def identity_copy(x: Tensor) -> Tensor:
 
     Registry: minimal.yaml:2
     """
-    result0, = (torch.ops.op_plugin.identity_copy(x),)
+    result0 = torch.ops.op_plugin.identity_copy(x)
     return result0

@@ -74,8 +74,8 @@ MaskedMixCall plan_masked_mix(const at::Tensor & x, const ::std::optional<at::Te
 
 ::std::tuple<at::Tensor,at::Tensor> masked_mix_cpu(const at::Tensor & x, const ::std::optional<at::Tensor> & bias, c10::string_view layout, at::OptionalIntArrayRef sizes, ::std::optional<int64_t> window, bool flag, c10::string_view layout_out, double alpha, int64_t groups) {
   MaskedMixCall call = plan_masked_mix(x, bias, layout, sizes, window, flag, layout_out, alpha, groups);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(call.workspace_size)}, at::TensorOptions().dtype(at::kByte));
-  check_status(MaskedMix(workspace.data_ptr(), call.workspace_size, call.executor.release(), nullptr),
+  Workspace workspace(call.workspace_size);
+  check_status(MaskedMix(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "masked_mix");
   return ::std::tuple<at::Tensor,at::Tensor>(call.y, call.stats);
 }

@@ -2,6 +2,7 @@
 // source: options.yaml entry masked_mix
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ opStatus MaskedMixCheckArguments(const opTensor* x, const opTensor* bias, const 
     OP_TRY(check::check_output(y, "y", std::vector<int64_t>{B, S, (flag ? (H * 2) : H)}, x->dtype));
     OP_TRY(check::check_output(stats, "stats", std::vector<int64_t>{B, std::max<int64_t>(W, 1)}, op_plugin::check::stats_dtype(x)));
   } catch (const check::ArgumentError& e) {
+    return fail(OP_ERR_PARAM_INVALID, e.what());
+  } catch (const std::out_of_range& e) {  // a shape index past its end (op_plugin/shape_expr.h)
     return fail(OP_ERR_PARAM_INVALID, e.what());
   }
   // What the kernel reads: known dtypes, contiguous memory, data pointers (only the kernel API has them).

@@ -38,5 +38,5 @@ def masked_mix(x: Tensor, bias: Optional[Tensor] = None, layout: str = 'BSND', s
 
     Registry: options.yaml:3
     """
-    y, stats, = torch.ops.op_plugin.masked_mix(x, bias, layout, sizes, window, flag, layout_out=layout_out, alpha=alpha, groups=groups)
+    y, stats = torch.ops.op_plugin.masked_mix(x, bias, layout, sizes, window, flag, layout_out=layout_out, alpha=alpha, groups=groups)
     return y
