@@ -94,20 +94,21 @@ def _test(ops: list[str], registry: str | None, namespace: str, pytest_args: lis
     """Generates the registry's tests (codegen/dest/tests.py) and runs those of ``ops`` (all without)."""
     import tempfile
 
-    root = _source_root()
+    _import_codegen()
     from codegen.dest.tests import generate_tests
 
-    registry_path = Path(registry) if registry else root / "op_plugin_functions.yaml"
-    # Beside the registry in a checkout (build/generated/tests); the wheel's copy gets a temporary one.
-    out = Path(tempfile.mkdtemp()) if root.name == "_tree" and not registry else registry_path.parent / "build" / "generated"
-    _, generated = generate_tests(str(registry_path), str(out), namespace=namespace, display_path=registry_path.name)
+    registry_file = Path(registry) if registry else registry_path()
+    # Beside the registry in a checkout (build/generated/tests); the wheel's registry gets a temporary directory.
+    in_checkout = registry is not None or checkout_root() is not None
+    out = registry_file.parent / "build" / "generated" if in_checkout else Path(tempfile.mkdtemp())
+    _, generated = generate_tests(str(registry_file), str(out), namespace=namespace, display_path=registry_file.name)
     unknown = [op for op in ops if op not in generated]
     if unknown:
         print(f"op-plugin test: no generated tests for {', '.join(unknown)} (an op needs samples:, or its forward's); "
               f"ops with tests: {', '.join(generated)}", file=sys.stderr)
         return 1
     # The references are imported by their dotted paths from the registry's directory (tests.ops.references).
-    sys.path.insert(0, str(registry_path.parent.resolve()))
+    sys.path.insert(0, str(registry_file.parent.resolve()))
     import pytest
 
     files = [str(out / "tests" / f"test_{op}.py") for op in (ops or generated)]

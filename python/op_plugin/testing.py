@@ -110,6 +110,7 @@ def assert_within_budget(ours: torch.Tensor, torch_same_dtype: torch.Tensor, ref
     if ours.dtype == torch.float64:  # no higher-precision reference: agree to summation order
         torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name}: {m}")
         return
+    dtype = ours.dtype  # the ulps below are the output's dtype's, not float64's
     finite = torch.isfinite(ref)  # +-inf entries (an empty row's lse) must match exactly
     assert torch.equal(ours.double()[~finite], ref[~finite]), f"{name}: the reference's inf entries differ"
     ours, torch_same_dtype, ref = ours.double()[finite], torch_same_dtype.double()[finite], ref[finite]
@@ -118,7 +119,7 @@ def assert_within_budget(ours: torch.Tensor, torch_same_dtype: torch.Tensor, ref
     if not math.isfinite(torch_err):
         torch_err = 0.0
     scale = ref.abs().max().item() if ref.numel() else 0.0
-    eps = max(torch.finfo(ours.dtype).eps, torch.finfo(computed_in or ours.dtype).eps)
+    eps = max(torch.finfo(dtype).eps, torch.finfo(computed_in or dtype).eps)
     ulp = 4 * (eps + math.sqrt(summed) * torch.finfo(torch.float32).eps) * max(scale, scale_floor)
     budget = 2 * torch_err + ulp
     assert our_err <= budget, (f"{name}: error {our_err:.3g} exceeds 2x PyTorch's same-dtype error "

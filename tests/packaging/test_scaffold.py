@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,18 @@ def test_new_plain_op_and_pair_build_and_their_tests_pass(tmp_path: Path) -> Non
     assert "test_matches_the_reference" in plain_ran and "test_bad_input_is_a_clear_error" in plain_ran
     assert {"test_gradient_matches_the_reference", "test_backward_checks_its_inputs"} <= set(pair_ran)
     assert "test_gradient_matches_the_reference" not in plain_ran
+    # The registry's generated tests of the three scaffolded ops (samples: and reference: of the
+    # forwards; the backward's derived from its forward's) pass as well.
+    sys.path.insert(0, str(tree))  # their references: tests.ops.test_<op>.reference
+    sys.modules.setdefault(NAMESPACE, types.ModuleType(NAMESPACE))  # the ops are registered above
+    from codegen.dest.tests import generate_tests
+
+    _, generated = generate_tests(str(tree / "op_plugin_functions.yaml"), str(tmp_path / "generated"),
+                                  namespace=NAMESPACE, display_path="op_plugin_functions.yaml")
+    assert generated == ["scaffolded_scale", "scaffolded_pair", "scaffolded_pair_backward"]
+    for op in generated:
+        ran = _run_every_test(_load(tmp_path / "generated" / "tests" / f"test_{op}.py", f"generated_{op}"))
+        assert {f"test_{op}_reference", f"test_{op}_opcheck", f"test_{op}_error"} <= set(ran), ran
     plain.OP = lambda x, scale: x  # other math: the reference test is not vacuous
     with pytest.raises(AssertionError):
         plain.test_matches_the_reference(torch.float64)
