@@ -144,7 +144,6 @@ class OpEntry:
     tags: tuple[str, ...]
     doc: str
     loc: Location
-    entry_hash: str  # sha256 of this entry's YAML text (blank and comment lines after it left out)
     int_outputs: tuple[IntOutputRule, ...] = ()  # the int returns, after the Tensor ones
     # random: the binding draws (rng_seed, rng_offset) from torch's default CPU generator when this
     # holds (else passes 0, 0), so torch.manual_seed reproduces a call and the kernel stays pure.

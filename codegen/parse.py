@@ -17,7 +17,6 @@ from codegen.model import Registry
 from codegen.parse_common import Errors, RegistryError, in_torch_range, name_hint
 from codegen.parse_entry import parse_entry, parse_enums
 from codegen.parse_resolve import resolve
-from codegen.samples import without_test_keys
 from codegen.yaml_loader import load_document
 
 __all__ = ["RegistryError", "load_registry", "parse_registry"]
@@ -63,10 +62,9 @@ def parse_registry(text: str, path: str, torch_version: Optional[str] = None) ->
             continue
         if "enum" in entry:
             continue
-        entry_text = without_test_keys(entry, lines, starts[index], starts[index + 1])
         if not in_torch_range(entry, version, name_hint(entry), errors):
             continue
-        fields = parse_entry(entry, entry_text, path, errors, version, enums)
+        fields = parse_entry(entry, path, errors, version, enums)
         if fields is not None:
             parsed.append((entry, fields))
     ops = resolve(parsed, enums, path, errors)

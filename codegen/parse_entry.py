@@ -4,7 +4,6 @@ parse_autograd.py), and the ``- enum:`` items."""
 from __future__ import annotations
 
 import ast
-import hashlib
 from typing import Any, Optional
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema
@@ -63,7 +62,7 @@ def parse_enums(data: list[Any], path: str, errors: Errors) -> dict[str, EnumDef
     return enums
 
 
-def parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: Errors,
+def parse_entry(e: dict[str, Any], path: str, errors: Errors,
                  version: TV.Version, enums: dict[str, EnumDef]) -> Optional[dict[str, Any]]:
     """The fields of the entry's OpEntry but its autograd pairing (parse_autograd.py adds it), or None
     when its schema is unusable (reported)."""
@@ -132,18 +131,9 @@ def parse_entry(e: dict[str, Any], entry_text: str, path: str, errors: Errors,
         spec, dict) else ()
     return dict(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs), dtypes=dtypes,
                 python_returns=python_returns, tags=tuple(tags), doc=doc.strip(), loc=Location(path, line),
-                entry_hash=_entry_hash(entry_text),
                 int_outputs=tuple(int_outputs), random_when=random_when, enums=tuple(enum_args.items()),
                 tests=parse_tests(e, func, name, errors.add))
 
-
-def _entry_hash(entry_text: str) -> str:
-    """The hash of the entry itself, without the blank and comment lines that follow it (they
-    precede the next entry), so appending an entry does not change the last one's hash."""
-    lines = entry_text.strip().splitlines()
-    while lines and lines[-1].startswith("#"):  # a top-level comment, never inside the entry
-        lines.pop()
-    return hashlib.sha256("\n".join(lines).strip().encode()).hexdigest()[:16]
 
 
 def _parse_random(e: dict[str, Any], op: str, env: dict[str, str], errors: Errors) -> Optional[E.Expr]:

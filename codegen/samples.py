@@ -52,19 +52,6 @@ class TestSpec:
     line: int
 
 
-def without_test_keys(entry: Any, lines: list[str], start: int, end: int) -> str:
-    """The entry's text (lines ``start`` to ``end`` - 1, 1-based) without its test keys: the entry
-    hash that per-op files carry is taken from it, so editing samples recompiles nothing."""
-    keys = entry.get(KEY_LINES, {}) if isinstance(entry, dict) else {}
-    starts = sorted(int(line) for line in keys.values())
-    dropped: set[int] = set()
-    for key in TEST_KEYS & set(keys):
-        first = int(keys[key])
-        last = next((line for line in starts if line > first), end)
-        dropped.update(range(first, last))
-    return "".join(lines[i - 1] for i in range(start, end) if i not in dropped)
-
-
 def _clean(value: Any) -> Any:
     """The YAML value without the loader's line bookkeeping."""
     if isinstance(value, dict):
