@@ -375,25 +375,25 @@ def _python_calls(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
 
 
 def check_eager_path(spec: OpSpec) -> None:
-    """The first sample's eager call, its differentiable inputs requiring grad, and its backward
-    run no Python function besides torch's entry points: the Autograd kernel, the binding, the
-    shape rules of forward_overrides and the kernels are all C++."""
-    x = samples(spec, _first_dtype(spec))[0]
-    names = _differentiable(spec, x)
-    x.update({n: x[n].detach().requires_grad_() for n in names})
-    spec.op(**x)  # the first call may load or register things lazily; the steady state is checked
-    out, forward_calls = _python_calls(lambda: spec.op(**x))
-    assert not forward_calls, f"{spec.name}: the eager forward ran Python: {forward_calls}"
-    if not names or not spec.differentiable_outputs:
-        return
-    outs = _outputs(out, spec.outputs)
-    loss = sum(outs[n].sum() for n in spec.differentiable_outputs)
-    leaves = [x[n] for n in names]
-    # The engine's C++ entry (what torch.autograd.grad calls after its Python argument handling).
-    engine = torch.autograd.Variable._execution_engine
-    _, backward_calls = _python_calls(lambda: engine.run_backward(
-        (loss,), (torch.ones_like(loss),), False, False, tuple(leaves), True, False))
-    assert not backward_calls, f"{spec.name}: the eager backward ran Python: {backward_calls}"
+    """Every sample's eager call, its differentiable inputs requiring grad, and its backward run
+    no Python function besides torch's entry point: the Autograd kernel, the binding, the shape
+    rules of forward_overrides, the formula gradients and the kernels are all C++."""
+    for i, x in enumerate(samples(spec, _first_dtype(spec))):
+        names = _differentiable(spec, x)
+        x.update({n: x[n].detach().requires_grad_() for n in names})
+        spec.op(**x)  # the first call may load or register things lazily; the steady state is checked
+        out, forward_calls = _python_calls(lambda: spec.op(**x))
+        assert not forward_calls, f"{spec.name} sample {i}: the eager forward ran Python: {forward_calls}"
+        if not names or not spec.differentiable_outputs:
+            continue
+        outs = _outputs(out, spec.outputs)
+        loss = sum(outs[n].sum() for n in spec.differentiable_outputs)
+        leaves = [x[n] for n in names]
+        # The engine's C++ entry (what torch.autograd.grad calls after its Python argument handling).
+        engine = torch.autograd.Variable._execution_engine
+        _, backward_calls = _python_calls(lambda: engine.run_backward(
+            (loss,), (torch.ones_like(loss),), False, False, tuple(leaves), True, False))
+        assert not backward_calls, f"{spec.name} sample {i}: the eager backward ran Python: {backward_calls}"
 
 
 # ---- failing calls --------------------------------------------------------------------------------
