@@ -362,6 +362,11 @@ void correctness() {
       {1, 1, 33, 2, 7, 24, 0.2, OP_DT_FLOAT, 0},
       {1, 1, 1, 1, 1, 1, 1.0, OP_DT_FLOAT, 0},
       {2, 2, 5, 6, 9, 3, 1.0, OP_DT_FLOAT, 2},
+      // Decode sizes (at most 16 keys: the AVX-512 softmax by key; float slices this small are read
+      // in place), and one too large to read in place.
+      {1, 2, 16, 16, 16, 16, 0.25, OP_DT_FLOAT, 1},
+      {1, 1, 16, 16, 16, 16, 0.25, OP_DT_BF16, 2},
+      {1, 1, 40, 40, 16, 16, 0.25, OP_DT_FLOAT, 1},
       {1, 1, 18, 18, 66, 19, 0.2, OP_DT_BF16, 2},
       {1, 2, 7, 20, 70, 64, 0.125, OP_DT_BF16, 1},
       {1, 1, 18, 18, 66, 19, 0.2, OP_DT_FLOAT16, 2},
