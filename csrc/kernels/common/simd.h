@@ -13,7 +13,10 @@
 //   V   accumulation vector of W lanes of S
 //   KP  elements of T consumed per k step by one multiply-accumulate (1, or 2 for bf16 pairs,
 //       which is the operand format of AVX512_BF16 vdpbf16ps)
-// and the element-wise helpers the softmax passes need (max, exp2, lane masks).
+// and the element-wise helpers the softmax passes need (max, exp2, lane masks). Kernels that stream
+// rows of float / fp16 / bf16 through fp32 vectors use AccVec (element loads and stores of this
+// ISA's fp32 vector, bf16 rounding, streaming stores, a fixed-order hsum); whole rows convert with
+// the cvt_* helpers.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -342,6 +345,10 @@ struct AccVecBase {
     const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
   }
+#if defined(__F16C__)
+  static float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+  static uint16_t f32_to_f16(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
+#endif
 };
 #endif
 
@@ -394,8 +401,6 @@ struct AccVec : AccVecBase<8> {
   static void store_f16(uint16_t* p, V x) {
     store_u16<kStream>(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  static float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
-  static uint16_t f32_to_f16(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
 #endif
   template <bool kStream>
   static void store_u16(uint16_t* p, __m128i bits) {  // W 16-bit elements
@@ -464,10 +469,6 @@ struct AccVec : AccVecBase<16> {
   static void store_f16(uint16_t* p, V x) {
     store_u16<kStream>(p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-#if defined(__F16C__)
-  static float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
-  static uint16_t f32_to_f16(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
-#endif
   template <bool kStream>
   static void store_u16(uint16_t* p, __m256i bits) {  // W 16-bit elements
     if constexpr (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits);
