@@ -315,10 +315,11 @@ struct Ops512Bf16 : Ops512Base {
 
 // ---- element I/O of the fp32 accumulation vector ---------------------------------------
 // AccVec: this ISA's widest float vector (V, W lanes) as the accumulator of a kernel that streams
-// rows of float, fp16 or bf16 (16-bit formats as raw bits):
+// rows of float, fp16 or bf16 (16-bit formats as raw bits, so any kernel's storage structs of one
+// uint16_t map onto it):
 //   load / load_f16 / load_bf16       W elements widened to fp32
-//   store / store_f16 / store_bf16    back, narrowed: fp16 by the F16C instruction (round to
-//                                     nearest even); bf16 round to nearest even with NaN kept quiet
+//   store / store_f16 / store_bf16    back, narrowed: fp16 by vcvtps2ph (round to nearest
+//                                     even); bf16 round to nearest even with NaN kept quiet
 //                                     (bit for bit float_to_bf16), or with kNative the AVX512_BF16
 //                                     instruction (for CPUs that have it: one instruction instead
 //                                     of ten, but denormal inputs flush to zero and a NaN may keep
@@ -331,7 +332,8 @@ struct Ops512Bf16 : Ops512Base {
 //                                     sum never depends on the compiler's reduction order
 //   zero, set1, add, mul, fma(acc, a, b) = acc + a * b, prefetch (to L1)
 // Defined for AVX2 (+FMA, F16C for fp16) and AVX-512 (F, and AVX512_BF16 for kNative); baseline
-// code uses the scalar conversions above.
+// code uses this header's scalar conversions (bf16_to_float, float_to_bf16, half_bits_to_float,
+// float_to_half_bits), which the vector stores match bit for bit but for NaN payloads of fp16.
 #if defined(__AVX2__) || defined(__AVX512F__)
 template <int Lanes>
 struct AccVecBase {
