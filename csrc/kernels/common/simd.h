@@ -333,7 +333,7 @@ struct Ops512Bf16 : Ops512Base {
 //   zero, set1, add, mul, fma(acc, a, b) = acc + a * b, prefetch (to L1)
 // Defined for AVX2 (+FMA, F16C for fp16) and AVX-512 (F, and AVX512_BF16 for kNative); baseline
 // code uses this header's scalar conversions (bf16_to_float, float_to_bf16, half_bits_to_float,
-// float_to_half_bits), which the vector stores match bit for bit but for NaN payloads of fp16.
+// float_to_half_bits), which the stores without kNative match bit for bit (fp16 NaN payloads aside).
 #if defined(__AVX2__) || defined(__AVX512F__)
 template <int Lanes>
 struct AccVecBase {
