@@ -16,6 +16,9 @@ namespace {
 // AMX-BF16 and AMX-TILE in CPUID, tile state enabled by the OS in XCR0, and this process's
 // permission to use it (Linux asks for it once per process: arch_prctl ARCH_REQ_XCOMP_PERM).
 bool amx_usable() {
+#if defined(OP_PLUGIN_AMX_EMULATE)
+  return true;  // a test build: the tile instructions are kernels/common/amx_intrinsics.h's model
+#endif
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);

@@ -11,6 +11,8 @@ checks here are what a demanding user runs on a custom op:
     check_opcheck      torch.library.opcheck
     check_gradcheck    torch.autograd.gradcheck in float64 (ops with an autograd pairing)
     check_compile      torch.compile(fullgraph=True) forward, and backward, equal to eager
+    check_eager_path   no Python runs on the eager call, forward or backward, past torch's own
+                       entry points (the op's Autograd kernel, binding and kernels are C++)
     check_error        one failing call per check: a mutated sample fires the check's text, in
                        eager and in fake mode alike
 
@@ -346,6 +348,52 @@ def check_compile(spec: OpSpec) -> None:
              for outs, leaves in ((eager, eager_leaves), (got, compiled_leaves))]
     for name, a, b in zip(names, *grads):
         torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m: f"{spec.name} grad of {name}: {m}")
+
+
+# The Python an eager call may run: torch's entry point of a torch.ops call (OpOverload.__call__),
+# which every op called through torch.ops pays.
+_TORCH_ENTRY_FILES = ("torch/_ops.py",)
+
+
+def _python_calls(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """fn()'s result and the Python functions it entered, outside torch's entry points."""
+    seen: list[str] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is not fn.__code__:
+            code = frame.f_code
+            where = code.co_filename.replace("\\", "/")
+            if not where.endswith(_TORCH_ENTRY_FILES):
+                seen.append(f"{code.co_qualname} ({where}:{code.co_firstlineno})")
+
+    sys.setprofile(hook)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(None)
+    return result, seen
+
+
+def check_eager_path(spec: OpSpec) -> None:
+    """Every sample's eager call, its differentiable inputs requiring grad, and its backward run
+    no Python function besides torch's entry point: the Autograd kernel, the binding, the shape
+    rules of forward_overrides, the formula gradients and the kernels are all C++."""
+    for i, x in enumerate(samples(spec, _first_dtype(spec))):
+        names = _differentiable(spec, x)
+        x.update({n: x[n].detach().requires_grad_() for n in names})
+        spec.op(**x)  # the first call may load or register things lazily; the steady state is checked
+        out, forward_calls = _python_calls(lambda: spec.op(**x))
+        assert not forward_calls, f"{spec.name} sample {i}: the eager forward ran Python: {forward_calls}"
+        if not names or not spec.differentiable_outputs:
+            continue
+        outs = _outputs(out, spec.outputs)
+        loss = sum(outs[n].sum() for n in spec.differentiable_outputs)
+        leaves = [x[n] for n in names]
+        # The engine's C++ entry (what torch.autograd.grad calls after its Python argument handling).
+        engine = torch.autograd.Variable._execution_engine
+        _, backward_calls = _python_calls(lambda: engine.run_backward(
+            (loss,), (torch.ones_like(loss),), False, False, tuple(leaves), True, False))
+        assert not backward_calls, f"{spec.name} sample {i}: the eager backward ran Python: {backward_calls}"
 
 
 # ---- failing calls --------------------------------------------------------------------------------

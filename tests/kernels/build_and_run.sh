@@ -18,6 +18,10 @@
 #   OP_PLUGIN_SANITIZE=1       library and tests with ASan+UBSan (build.py's SANITIZE_FLAGS), in
 #                              build/kernels-sanitize and build/kernel_tests-sanitize by default;
 #                              set ASAN_OPTIONS (e.g. detect_leaks=1) as ci/sanitize.sh does
+#   OP_PLUGIN_AMX_EMULATE=1    library and tests with the software AMX tiles of
+#                              kernels/common/amx_intrinsics.h (build.py's AMX_EMULATE_FLAGS), in
+#                              build/kernels-amxemu and build/kernel_tests-amxemu: the avx512_amx
+#                              level's code on a CPU without AMX (ci/test.sh runs it there)
 #
 # The library follows the build convention of python/op_plugin/build.py: *.avx512.cpp and
 # *.avx2.cpp get their ISA flags, every other .cpp baseline flags (tests too: test_*.avx512.cpp,
@@ -26,7 +30,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 GEN_INCLUDE=$(realpath "${1:-${OP_PLUGIN_GENERATED_INCLUDE:-$ROOT/build/generated/include}}")
-SUFFIX=$([ "${OP_PLUGIN_SANITIZE:-}" = 1 ] && echo -sanitize || true)
+SUFFIX=$([ "${OP_PLUGIN_SANITIZE:-}" = 1 ] && echo -sanitize || true)$([ "${OP_PLUGIN_AMX_EMULATE:-}" = 1 ] && echo -amxemu || true)
 OUT=${OP_PLUGIN_KERNEL_TEST_DIR:-$ROOT/build/kernel_tests$SUFFIX}
 LIB_DIR=${OP_PLUGIN_KERNEL_LIB_DIR:-$ROOT/build/kernels$SUFFIX}
 LEVELS=${OP_PLUGIN_TEST_ISA_LEVELS:-"native avx512_bf16 avx512 avx2 baseline"}
@@ -35,8 +39,8 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 PY=${PYTHON:-python}
 
 BASE_FLAGS="-std=c++17 -O3 -fPIC -Wall -Wextra -pthread -I$ROOT/csrc/include -I$ROOT/csrc -I$GEN_INCLUDE"
-if [ -n "$SUFFIX" ]; then  # the flags the library gets from build.py, which reads OP_PLUGIN_SANITIZE too
-  BASE_FLAGS="$BASE_FLAGS $(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.SANITIZE_FLAGS)')"
+if [ -n "$SUFFIX" ]; then  # the flags the library gets from build.py, which reads the same variables
+  BASE_FLAGS="$BASE_FLAGS $(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.sanitize_flags(), build.amx_emulate_flags())')"
 fi
 
 # Tests named test_*.avx512.cpp / test_*.avx2.cpp exercise that ISA's code directly and get the

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 // Values follow aclDataType so descriptors read the same as on the device.
 enum opDataType : int32_t {
@@ -44,5 +46,14 @@ size_t dtype_size(opDataType dtype);
 int64_t numel(const opTensor& t);
 // Dense row-major (C-contiguous); size-1 dimensions may have any stride, empty tensors any.
 bool is_contiguous(const opTensor& t);
+
+// An optional argument of the generated <Op>Args as the C API passes it: nullptr when absent.
+inline const opTensor* as_pointer(const std::optional<opTensor>& t) { return t.has_value() ? &*t : nullptr; }
+// An optional int[] argument of <Op>Args as the C API passes it, viewed through *view.
+inline const opIntArray* as_pointer(const std::optional<std::vector<int64_t>>& a, opIntArray* view) {
+  if (!a.has_value()) return nullptr;
+  *view = opIntArray{a->data(), static_cast<int64_t>(a->size())};
+  return view;
+}
 
 }  // namespace op_plugin

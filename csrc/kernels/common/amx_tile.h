@@ -24,13 +24,12 @@
 #include <cstring>
 
 #include "kernels/common/simd.h"
+#include "kernels/common/amx_intrinsics.h"  // after simd.h: its model lives in OP_ISA_NS
 
 #if defined(__AVX512BF16__)
 namespace op_plugin {
 namespace OP_ISA_NS {
 namespace amx {
-
-#define OP_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 
 struct alignas(64) TileConfig {
   uint8_t palette_id;
@@ -55,10 +54,10 @@ struct TileScope {
       cfg.colsb[t] = 64;
     }
     __asm__ volatile("" ::: "memory");  // ldtilecfg's asm names only cfg's first bytes
-    _tile_loadconfig(&cfg);
+    OP_TILE_LOADCONFIG(&cfg);
   }
   OP_AMX_TARGET ~TileScope() {
-    if (--depth == 0) _tile_release();
+    if (--depth == 0) OP_TILE_RELEASE();
   }
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
@@ -75,35 +74,35 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, con
                                 char* c, int64_t ldc_bytes) {
   char* c1 = c + 16 * ldc_bytes;
   if constexpr (kAccumulate) {
-    _tile_loadd(0, c, ldc_bytes);
-    if constexpr (NT > 1) _tile_loadd(1, c + 64, ldc_bytes);
-    if constexpr (MT > 1) _tile_loadd(2, c1, ldc_bytes);
-    if constexpr (MT > 1 && NT > 1) _tile_loadd(3, c1 + 64, ldc_bytes);
+    OP_TILE_LOADD(0, c, ldc_bytes);
+    if constexpr (NT > 1) OP_TILE_LOADD(1, c + 64, ldc_bytes);
+    if constexpr (MT > 1) OP_TILE_LOADD(2, c1, ldc_bytes);
+    if constexpr (MT > 1 && NT > 1) OP_TILE_LOADD(3, c1 + 64, ldc_bytes);
   } else {
-    _tile_zero(0);
-    if constexpr (NT > 1) _tile_zero(1);
-    if constexpr (MT > 1) _tile_zero(2);
-    if constexpr (MT > 1 && NT > 1) _tile_zero(3);
+    OP_TILE_ZERO(0);
+    if constexpr (NT > 1) OP_TILE_ZERO(1);
+    if constexpr (MT > 1) OP_TILE_ZERO(2);
+    if constexpr (MT > 1 && NT > 1) OP_TILE_ZERO(3);
   }
   const char* a1 = a + 16 * lda_bytes;
   for (int64_t k = 0; k < K; k += 32) {
-    _tile_loadd(4, a + 2 * k, lda_bytes);
-    _tile_loadd(6, b0 + 32 * k, 64);
-    _tile_dpbf16ps(0, 4, 6);
+    OP_TILE_LOADD(4, a + 2 * k, lda_bytes);
+    OP_TILE_LOADD(6, b0 + 32 * k, 64);
+    OP_TILE_DPBF16PS(0, 4, 6);
     if constexpr (NT > 1) {
-      _tile_loadd(7, b1 + 32 * k, 64);
-      _tile_dpbf16ps(1, 4, 7);
+      OP_TILE_LOADD(7, b1 + 32 * k, 64);
+      OP_TILE_DPBF16PS(1, 4, 7);
     }
     if constexpr (MT > 1) {
-      _tile_loadd(5, a1 + 2 * k, lda_bytes);
-      _tile_dpbf16ps(2, 5, 6);
-      if constexpr (NT > 1) _tile_dpbf16ps(3, 5, 7);
+      OP_TILE_LOADD(5, a1 + 2 * k, lda_bytes);
+      OP_TILE_DPBF16PS(2, 5, 6);
+      if constexpr (NT > 1) OP_TILE_DPBF16PS(3, 5, 7);
     }
   }
-  _tile_stored(0, c, ldc_bytes);
-  if constexpr (NT > 1) _tile_stored(1, c + 64, ldc_bytes);
-  if constexpr (MT > 1) _tile_stored(2, c1, ldc_bytes);
-  if constexpr (MT > 1 && NT > 1) _tile_stored(3, c1 + 64, ldc_bytes);
+  OP_TILE_STORED(0, c, ldc_bytes);
+  if constexpr (NT > 1) OP_TILE_STORED(1, c + 64, ldc_bytes);
+  if constexpr (MT > 1) OP_TILE_STORED(2, c1, ldc_bytes);
+  if constexpr (MT > 1 && NT > 1) OP_TILE_STORED(3, c1 + 64, ldc_bytes);
 }
 
 // C (=|+=) A * B in the layouts above, inside a TileScope. M, N multiples of 16, K of 32.

@@ -109,19 +109,19 @@ OP_AMX_TARGET inline bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint1
       // Tile numbers are immediates: the four C tiles are spelled out.
 #define OP_GEMM_AMX_PANELS(X) X(0, 5) if (np > 1) { X(1, 6) } if (np > 2) { X(2, 5) } if (np > 3) { X(3, 6) }
 #define OP_GEMM_AMX_INIT(p, b)                                                             \
-  if (direct && mode != kOverwrite) _tile_loadd(p, c_ptr + (p) * kTile * 4, c_stride); \
-  else _tile_zero(p);
+  if (direct && mode != kOverwrite) OP_TILE_LOADD(p, c_ptr + (p) * kTile * 4, c_stride); \
+  else OP_TILE_ZERO(p);
       OP_GEMM_AMX_PANELS(OP_GEMM_AMX_INIT)
       for (int64_t k0 = 0; k0 < Kp; k0 += kTile) {
-        _tile_loadd(4, a_ptr + k0 * 4, a_stride);
+        OP_TILE_LOADD(4, a_ptr + k0 * 4, a_stride);
 #define OP_GEMM_AMX_STEP(p, b)                               \
-  _tile_loadd(b, b_ptr[p] + k0 * b_stride[p], b_stride[p]); \
-  _tile_dpbf16ps(p, 4, b);
+  OP_TILE_LOADD(b, b_ptr[p] + k0 * b_stride[p], b_stride[p]); \
+  OP_TILE_DPBF16PS(p, 4, b);
         OP_GEMM_AMX_PANELS(OP_GEMM_AMX_STEP)
       }
 #define OP_GEMM_AMX_STORE(p, b)                                    \
-  if (direct) _tile_stored(p, c_ptr + (p) * kTile * 4, c_stride); \
-  else _tile_stored(p, product[p], kTile * 4);
+  if (direct) OP_TILE_STORED(p, c_ptr + (p) * kTile * 4, c_stride); \
+  else OP_TILE_STORED(p, product[p], kTile * 4);
       OP_GEMM_AMX_PANELS(OP_GEMM_AMX_STORE)
 #undef OP_GEMM_AMX_STORE
 #undef OP_GEMM_AMX_STEP

@@ -1,9 +1,8 @@
-// Fused Floyd attention: the aclnn-style two-stage API. Stage 1 checks the arguments (the
-// registry's rules: the generated <Kernel>CheckArguments), freezes a plan (FwdPlan/BwdPlan) and
-// sizes the per-thread workspace; stage 2 runs the plan through the ISA build chosen by
-// op_plugin::active_isa() (float64 always runs the portable build).
-#include <new>
-
+// Fused Floyd attention on the generated stage functions (op_plugin/ops/<op>_stages.inc: the
+// registry's checks, descriptor capture, the executor and dtype dispatch). Stage 1 freezes a
+// plan (FwdPlan / BwdPlan) and reserves the shared region and one scratch slot per thread;
+// stage 2 runs the plan through the ISA build chosen by op_plugin::active_isa() (float64 always
+// runs the portable build).
 #include "floyd_attention.h"
 #include "op_plugin/op_api.h"
 #include "op_plugin/ops/fused_floyd_attention.h"
@@ -13,20 +12,14 @@ namespace op_plugin {
 namespace floyd {
 namespace {
 
-// Sizes from query_ik [B,H,N,M,D] and key_ij [B,H,N,K,D], once CheckArguments accepted them.
-struct Sizes { int64_t B, H, N, M, K, D; };
-
-Sizes sizes_of(const opTensor& q, const opTensor& k1) {
-  return Sizes{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k1.shape[3], q.shape[4]};
-}
-
-// Reserves the shared region and one scratch slot per thread the backend may run.
-uint64_t reserve_slots(uint64_t shared, uint64_t slot, int* threads) {
+// The shared region and one scratch slot per thread the backend may run.
+void reserve_slots(const WorkspaceSizes& ws, WorkspaceLayout* layout, int* threads, uint64_t* slot,
+                   uint64_t* shared) {
   *threads = max_threads() > 0 ? max_threads() : 1;
-  WorkspaceLayout layout;
-  if (shared > 0) layout.reserve(shared);
-  for (int t = 0; t < *threads; ++t) layout.reserve(slot);
-  return layout.size();
+  *slot = ws.slot;
+  *shared = ws.shared;
+  if (ws.shared > 0) layout->reserve(ws.shared);
+  for (int t = 0; t < *threads; ++t) layout->reserve(ws.slot);
 }
 
 opStatus check_threads(const char* op, int planned) {
@@ -37,132 +30,78 @@ opStatus check_threads(const char* op, int planned) {
   return OP_SUCCESS;
 }
 
-class FwdExecutor final : public opExecutor {
- public:
-  FwdExecutor(const FwdPlan& plan, uint64_t bytes) : plan_(plan), bytes_(bytes) {}
-  const char* op_name() const override { return "FusedFloydAttention"; }
-  uint64_t workspace_size() const override { return bytes_; }
-  opStatus execute(void* workspace) override {
-    if (bytes_ == 0) return OP_SUCCESS;  // nothing to compute
-    OP_TRY(check_threads(op_name(), plan_.threads));
-    const Isa isa = active_isa();
-    if (plan_.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) baseline::forward(plan_, workspace);
-    else if (isa == Isa::kAvx2) avx2::forward(plan_, workspace);
-    else avx512::forward(plan_, workspace);
-    return OP_SUCCESS;
-  }
+template <class Plan>
+void bind_sizes(const opTensor& q, const opTensor& k1, double scale, Plan* p) {
+  p->dtype = q.dtype;
+  p->B = q.shape[0]; p->H = q.shape[1]; p->N = q.shape[2]; p->M = q.shape[3]; p->K = k1.shape[3]; p->D = q.shape[4];
+  p->scale = scale;
+}
 
- private:
-  FwdPlan plan_;
-  uint64_t bytes_;
-};
-
-class BwdExecutor final : public opExecutor {
- public:
-  BwdExecutor(const BwdPlan& plan, uint64_t bytes) : plan_(plan), bytes_(bytes) {}
-  const char* op_name() const override { return "FusedFloydAttentionGrad"; }
-  uint64_t workspace_size() const override { return bytes_; }
-  opStatus execute(void* workspace) override {
-    if (bytes_ == 0) return OP_SUCCESS;
-    OP_TRY(check_threads(op_name(), plan_.threads));
-    const Isa isa = active_isa();
-    if (plan_.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) baseline::backward(plan_, workspace);
-    else if (isa == Isa::kAvx2) avx2::backward(plan_, workspace);
-    else avx512::backward(plan_, workspace);
-    return OP_SUCCESS;
-  }
-
- private:
-  BwdPlan plan_;
-  uint64_t bytes_;
-};
+const uint8_t* mask_of(const std::optional<opTensor>& mask) {
+  return mask.has_value() ? static_cast<const uint8_t*>(mask->data) : nullptr;
+}
 
 }  // namespace
 }  // namespace floyd
+
+namespace ops {
+
+struct FusedFloydAttentionKernel {
+  using Plan = floyd::FwdPlan;  // threads == 0: nothing to compute
+
+  static opStatus plan(FusedFloydAttentionArgs& a, Plan* p, WorkspaceLayout* workspace) {
+    floyd::bind_sizes(a.query_ik, a.key_ij, a.scale_value, p);
+    p->q = a.query_ik.data; p->k1 = a.key_ij.data; p->v1 = a.value_ij.data;
+    p->k2 = a.key_jk.data; p->v2 = a.value_jk.data; p->mask = floyd::mask_of(a.atten_mask);
+    p->softmax_max = a.softmax_max.data; p->softmax_sum = a.softmax_sum.data; p->out = a.attention_out.data;
+    if (p->B * p->H * p->N * p->M > 0)
+      floyd::reserve_slots(floyd::fwd_workspace(p->dtype, p->N, p->M, p->K, p->D), workspace, &p->threads,
+                           &p->scratch_bytes, &p->shared_bytes);
+    return OP_SUCCESS;
+  }
+
+  template <class T>  // one entry for every dtype: the ISA builds dispatch on plan.dtype
+  static opStatus run(const FusedFloydAttentionArgs&, const Plan& p, void* workspace) {
+    if (p.threads == 0) return OP_SUCCESS;
+    OP_TRY(floyd::check_threads("FusedFloydAttention", p.threads));
+    const Isa isa = active_isa();
+    if (p.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) floyd::baseline::forward(p, workspace);
+    else if (isa == Isa::kAvx2) floyd::avx2::forward(p, workspace);
+    else floyd::avx512::forward(p, workspace);
+    return OP_SUCCESS;
+  }
+};
+
+struct FusedFloydAttentionGradKernel {
+  using Plan = floyd::BwdPlan;
+
+  static opStatus plan(FusedFloydAttentionGradArgs& a, Plan* p, WorkspaceLayout* workspace) {
+    floyd::bind_sizes(a.query_ik, a.key_ij, a.scale_value, p);
+    p->dy = a.grad_output.data; p->q = a.query_ik.data; p->k1 = a.key_ij.data; p->v1 = a.value_ij.data;
+    p->k2 = a.key_jk.data; p->v2 = a.value_jk.data; p->o = a.attention_out.data;
+    p->softmax_max = a.softmax_max.data; p->softmax_sum = a.softmax_sum.data; p->mask = floyd::mask_of(a.atten_mask);
+    p->dq = a.dq.data; p->dk1 = a.dk1.data; p->dv1 = a.dv1.data; p->dk2 = a.dk2.data; p->dv2 = a.dv2.data;
+    // Work exists when any output is non-empty: dQ (N, M), dK1/dV1 (N, K), dK2/dV2 (K, M).
+    if (p->B * p->H * p->D > 0 && (p->N * p->M > 0 || p->N * p->K > 0 || p->K * p->M > 0))
+      floyd::reserve_slots(floyd::bwd_workspace(p->dtype, p->N, p->M, p->K, p->D), workspace, &p->threads,
+                           &p->scratch_bytes, &p->shared_bytes);
+    return OP_SUCCESS;
+  }
+
+  template <class T>
+  static opStatus run(const FusedFloydAttentionGradArgs&, const Plan& p, void* workspace) {
+    if (p.threads == 0) return OP_SUCCESS;
+    OP_TRY(floyd::check_threads("FusedFloydAttentionGrad", p.threads));
+    const Isa isa = active_isa();
+    if (p.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) floyd::baseline::backward(p, workspace);
+    else if (isa == Isa::kAvx2) floyd::avx2::backward(p, workspace);
+    else floyd::avx512::backward(p, workspace);
+    return OP_SUCCESS;
+  }
+};
+
+}  // namespace ops
 }  // namespace op_plugin
 
-using namespace op_plugin;         // NOLINT: stage functions are global C-style entry points
-using namespace op_plugin::floyd;  // NOLINT
-
-opStatus FusedFloydAttentionGetWorkspaceSize(const opTensor* query_ik, const opTensor* key_ij,
-                                             const opTensor* value_ij, const opTensor* key_jk,
-                                             const opTensor* value_jk, const opTensor* atten_mask,
-                                             double scale_value, opTensor* softmax_max,
-                                             opTensor* softmax_sum, opTensor* attention_out,
-                                             uint64_t* workspace_size, opExecutor** executor) {
-  OP_CHECK_NOT_NULL(workspace_size);
-  OP_CHECK_NOT_NULL(executor);
-  *executor = nullptr;
-  *workspace_size = 0;
-  OP_TRY(FusedFloydAttentionCheckArguments(query_ik, key_ij, value_ij, key_jk, value_jk, atten_mask, scale_value,
-                                           softmax_max, softmax_sum, attention_out));
-  const Sizes s = sizes_of(*query_ik, *key_ij);
-  const opDataType dt = query_ik->dtype;
-  FwdPlan plan{};
-  plan.dtype = dt;
-  plan.B = s.B; plan.H = s.H; plan.N = s.N; plan.M = s.M; plan.K = s.K; plan.D = s.D;
-  plan.scale = scale_value;
-  plan.q = query_ik->data; plan.k1 = key_ij->data; plan.v1 = value_ij->data;
-  plan.k2 = key_jk->data; plan.v2 = value_jk->data;
-  plan.mask = atten_mask != nullptr ? static_cast<const uint8_t*>(atten_mask->data) : nullptr;
-  plan.softmax_max = softmax_max->data; plan.softmax_sum = softmax_sum->data; plan.out = attention_out->data;
-  uint64_t bytes = 0;
-  if (s.B * s.H * s.N * s.M > 0) {
-    const WorkspaceSizes ws = fwd_workspace(dt, s.N, s.M, s.K, s.D);
-    plan.scratch_bytes = ws.slot;
-    plan.shared_bytes = ws.shared;
-    bytes = reserve_slots(ws.shared, ws.slot, &plan.threads);
-  }
-  *executor = new (std::nothrow) FwdExecutor(plan, bytes);
-  if (*executor == nullptr) return fail(OP_ERR_RUNTIME_ERROR, "FusedFloydAttention: out of memory for the executor");
-  *workspace_size = bytes;
-  clear_error();
-  return OP_SUCCESS;
-}
-
-opStatus FusedFloydAttention(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream) {
-  return op_plugin::run_executor(workspace, workspace_size, executor);
-}
-
-opStatus FusedFloydAttentionGradGetWorkspaceSize(
-    const opTensor* grad_output, const opTensor* query_ik, const opTensor* key_ij, const opTensor* value_ij,
-    const opTensor* key_jk, const opTensor* value_jk, const opTensor* attention_out,
-    const opTensor* softmax_max, const opTensor* softmax_sum, const opTensor* atten_mask, double scale_value,
-    opTensor* dq, opTensor* dk1, opTensor* dv1, opTensor* dk2, opTensor* dv2, uint64_t* workspace_size,
-    opExecutor** executor) {
-  OP_CHECK_NOT_NULL(workspace_size);
-  OP_CHECK_NOT_NULL(executor);
-  *executor = nullptr;
-  *workspace_size = 0;
-  OP_TRY(FusedFloydAttentionGradCheckArguments(grad_output, query_ik, key_ij, value_ij, key_jk, value_jk,
-                                               attention_out, softmax_max, softmax_sum, atten_mask, scale_value, dq,
-                                               dk1, dv1, dk2, dv2));
-  const Sizes s = sizes_of(*query_ik, *key_ij);
-  const opDataType dt = query_ik->dtype;
-  BwdPlan plan{};
-  plan.dtype = dt;
-  plan.B = s.B; plan.H = s.H; plan.N = s.N; plan.M = s.M; plan.K = s.K; plan.D = s.D;
-  plan.scale = scale_value;
-  plan.dy = grad_output->data; plan.q = query_ik->data; plan.k1 = key_ij->data; plan.v1 = value_ij->data;
-  plan.k2 = key_jk->data; plan.v2 = value_jk->data; plan.o = attention_out->data;
-  plan.softmax_max = softmax_max->data; plan.softmax_sum = softmax_sum->data;
-  plan.mask = atten_mask != nullptr ? static_cast<const uint8_t*>(atten_mask->data) : nullptr;
-  plan.dq = dq->data; plan.dk1 = dk1->data; plan.dv1 = dv1->data; plan.dk2 = dk2->data; plan.dv2 = dv2->data;
-  uint64_t bytes = 0;
-  // Work exists when any output is non-empty: dQ (N, M), dK1/dV1 (N, K), dK2/dV2 (K, M).
-  if (s.B * s.H * s.D > 0 && (s.N * s.M > 0 || s.N * s.K > 0 || s.K * s.M > 0)) {
-    const WorkspaceSizes ws = bwd_workspace(dt, s.N, s.M, s.K, s.D);
-    plan.scratch_bytes = ws.slot;
-    plan.shared_bytes = ws.shared;
-    bytes = reserve_slots(ws.shared, ws.slot, &plan.threads);
-  }
-  *executor = new (std::nothrow) BwdExecutor(plan, bytes);
-  if (*executor == nullptr) return fail(OP_ERR_RUNTIME_ERROR, "FusedFloydAttentionGrad: out of memory for the executor");
-  *workspace_size = bytes;
-  clear_error();
-  return OP_SUCCESS;
-}
-
-opStatus FusedFloydAttentionGrad(void* workspace, uint64_t workspace_size, opExecutor* executor, opStream) {
-  return op_plugin::run_executor(workspace, workspace_size, executor);
-}
+#include "op_plugin/ops/fused_floyd_attention_grad_stages.inc"
+#include "op_plugin/ops/fused_floyd_attention_stages.inc"
