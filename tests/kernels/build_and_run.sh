@@ -24,8 +24,8 @@
 #                              level's code on a CPU without AMX (ci/test.sh runs it there)
 #
 # The library follows the build convention of python/op_plugin/build.py: *.avx512.cpp and
-# *.avx2.cpp get their ISA flags, every other .cpp baseline flags (tests too: test_*.avx512.cpp). Exit status is non-zero if a
-# build or a test fails.
+# *.avx2.cpp get their ISA flags, every other .cpp baseline flags (tests too: test_*.avx512.cpp,
+# test_*.avx2.cpp). Exit status is non-zero if a build or a test fails.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -43,8 +43,10 @@ if [ -n "$SUFFIX" ]; then  # the flags the library gets from build.py, which rea
   BASE_FLAGS="$BASE_FLAGS $(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.sanitize_flags(), build.amx_emulate_flags())')"
 fi
 
-# Tests named test_*.avx512.cpp exercise AVX-512 code directly and get the library's AVX-512 flags.
+# Tests named test_*.avx512.cpp / test_*.avx2.cpp exercise that ISA's code directly and get the
+# library's flags for it.
 AVX512_FLAGS=$(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.ISA_FLAGS["avx512"])')
+AVX2_FLAGS=$(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.ISA_FLAGS["avx2"])')
 
 if [ ! -d "$GEN_INCLUDE/op_plugin/ops" ]; then
   echo "build_and_run.sh: no generated headers in $GEN_INCLUDE/op_plugin/ops (pass the directory" \
@@ -92,7 +94,7 @@ for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
     [ -n "$keep" ] || continue
   fi
   flags=$BASE_FLAGS
-  case "$name" in *.avx512) flags="$flags $AVX512_FLAGS" ;; esac
+  case "$name" in *.avx512) flags="$flags $AVX512_FLAGS" ;; *.avx2) flags="$flags $AVX2_FLAGS" ;; esac
   # shellcheck disable=SC2086
   if [ "$status" -eq 0 ] && $CXX $flags "$test_src" "$LIB" -o "$OUT/$name"; then
     tests+=("$name")

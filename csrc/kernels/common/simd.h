@@ -13,7 +13,10 @@
 //   V   accumulation vector of W lanes of S
 //   KP  elements of T consumed per k step by one multiply-accumulate (1, or 2 for bf16 pairs,
 //       which is the operand format of AVX512_BF16 vdpbf16ps)
-// and the element-wise helpers the softmax passes need (max, exp2, lane masks).
+// and the element-wise helpers the softmax passes need (max, exp2, lane masks). Kernels that stream
+// rows of float / fp16 / bf16 through fp32 vectors use AccVec (element loads and stores of this
+// ISA's fp32 vector, bf16 rounding, streaming stores, a fixed-order hsum); whole rows convert with
+// the cvt_* helpers.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -309,6 +312,172 @@ struct Ops512Bf16 : Ops512Base {
 };
 #endif
 #endif  // __AVX512F__
+
+// ---- element I/O of the fp32 accumulation vector ---------------------------------------
+// AccVec: this ISA's widest float vector (V, W lanes) as the accumulator of a kernel that streams
+// rows of float, fp16 or bf16 (16-bit formats as raw bits, so any kernel's storage structs of one
+// uint16_t map onto it):
+//   load / load_f16 / load_bf16       W elements widened to fp32
+//   store / store_f16 / store_bf16    back, narrowed: fp16 by vcvtps2ph (round to nearest
+//                                     even); bf16 round to nearest even with NaN kept quiet
+//                                     (bit for bit float_to_bf16), or with kNative the AVX512_BF16
+//                                     instruction (for CPUs that have it: one instruction instead
+//                                     of ten, but denormal inputs flush to zero and a NaN may keep
+//                                     another payload)
+//   kStream                           non-temporal store (p aligned: stream_aligned); fence() after
+//                                     the last one
+//   f16_to_f32, f32_to_f16,           one element by the same instructions, for tails (f32_to_bf16
+//   f32_to_bf16                       is one lane of the vector rounding: no branch in the loop)
+//   hsum                              lanes added in a fixed tree (i + W/2, then i + W/4, ...), so a
+//                                     sum never depends on the compiler's reduction order
+//   zero, set1, add, mul, fma(acc, a, b) = acc + a * b, prefetch (to L1)
+// Defined for AVX2 (+FMA, F16C for fp16) and AVX-512 (F, and AVX512_BF16 for kNative); baseline
+// code uses this header's scalar conversions (bf16_to_float, float_to_bf16, half_bits_to_float,
+// float_to_half_bits), which the stores without kNative match bit for bit (fp16 NaN payloads aside).
+#if defined(__AVX2__) || defined(__AVX512F__)
+template <int Lanes>
+struct AccVecBase {
+  static constexpr int W = Lanes;
+  // Non-temporal stores write whole vectors: W elements of E from p.
+  template <class E>
+  static bool stream_aligned(const E* p) { return reinterpret_cast<uintptr_t>(p) % (W * sizeof(E)) == 0; }
+  static void fence() { _mm_sfence(); }
+  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+  static float hsum4(__m128 s4) {  // 4 -> 2 -> 1
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+  }
+#if defined(__F16C__)
+  static float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+  static uint16_t f32_to_f16(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
+#endif
+};
+#endif
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+struct AccVec : AccVecBase<8> {
+  using V = __m256;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V fma(V acc, V a, V b) { return _mm256_fmadd_ps(a, b, acc); }
+  static float hsum(V a) {  // 8 -> 4, then hsum4
+    return hsum4(_mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
+  }
+
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_bf16(const uint16_t* p) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  template <bool kStream = false>
+  static void store(float* p, V x) {
+    if constexpr (kStream) _mm256_stream_ps(p, x); else _mm256_storeu_ps(p, x);
+  }
+  template <bool kStream = false, bool kNative = false>
+  static void store_bf16(uint16_t* p, V x) {
+    static_assert(!kNative, "AVX2 has no native bf16 conversion");
+    store_u16<kStream>(p, bf16_bits(x));
+  }
+  static uint16_t f32_to_bf16(float x) {  // one lane of bf16_bits: no branch in a tail loop
+    return static_cast<uint16_t>(_mm_extract_epi16(bf16_bits(_mm256_castps128_ps256(_mm_set_ss(x))), 0));
+  }
+  // Round to nearest even, NaN kept quiet: float_to_bf16 on every lane.
+  static __m128i bf16_bits(V x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    // abs(u) > 0x7f800000 as a signed compare is safe: abs(u) <= 0x7fffffff.
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);  // every lane <= 0xffff
+    return _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+  }
+#if defined(__F16C__)
+  static V load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  template <bool kStream = false>
+  static void store_f16(uint16_t* p, V x) {
+    store_u16<kStream>(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  template <bool kStream>
+  static void store_u16(uint16_t* p, __m128i bits) {  // W 16-bit elements
+    if constexpr (kStream) _mm_stream_si128(reinterpret_cast<__m128i*>(p), bits);
+    else _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits);
+  }
+};
+#endif
+
+#if defined(__AVX512F__)
+struct AccVec : AccVecBase<16> {
+  using V = __m512;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fma(V acc, V a, V b) { return _mm512_fmadd_ps(a, b, acc); }
+  static float hsum(V a) {  // 16 -> 8 -> 4, then hsum4
+#if defined(__AVX512DQ__)
+    const __m256 hi = _mm512_extractf32x8_ps(a, 1);
+#else
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+#endif
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
+    return hsum4(_mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)));
+  }
+
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_bf16(const uint16_t* p) {
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+  template <bool kStream = false>
+  static void store(float* p, V x) {
+    if constexpr (kStream) _mm512_stream_ps(p, x); else _mm512_storeu_ps(p, x);
+  }
+  template <bool kStream = false, bool kNative = false>
+  static void store_bf16(uint16_t* p, V x) {
+    if constexpr (kNative) {
+#if defined(__AVX512BF16__)
+      store_u16<kStream>(p, (__m256i)_mm512_cvtneps_pbh(x));
+#else
+      static_assert(!kNative, "native bf16 needs a translation unit built with -mavx512bf16");
+#endif
+    } else {
+      store_u16<kStream>(p, bf16_bits(x));
+    }
+  }
+  static uint16_t f32_to_bf16(float x) {  // one lane of bf16_bits: no branch in a tail loop
+    return static_cast<uint16_t>(_mm256_extract_epi16(bf16_bits(_mm512_castps128_ps512(_mm_set_ss(x))), 0));
+  }
+  // Round to nearest even, NaN kept quiet: float_to_bf16 on every lane.
+  static __m256i bf16_bits(V x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                   _mm512_set1_epi32(0x7f800000));
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+  }
+  static V load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  template <bool kStream = false>
+  static void store_f16(uint16_t* p, V x) {
+    store_u16<kStream>(p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  template <bool kStream>
+  static void store_u16(uint16_t* p, __m256i bits) {  // W 16-bit elements
+    if constexpr (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits);
+    else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
+  }
+};
+#endif
 
 // ---- vector conversion helpers for packing / output ------------------------------------
 // Convert n floats to bf16 (round to nearest even). kNative: the AVX512_BF16 instruction may be
