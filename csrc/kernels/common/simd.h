@@ -494,12 +494,8 @@ inline void cvt_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   }
 #endif
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
-  }
+  for (; i + 16 <= n; i += 16)  // NaN kept quiet, as float_to_bf16 (a bare rounding add turns some into inf or 0)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), AccVec::bf16_bits(_mm512_loadu_ps(src + i)));
 #endif
   for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
