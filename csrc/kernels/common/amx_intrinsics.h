@@ -1,5 +1,6 @@
-// The AMX tile instructions the tile GEMMs use (amx_tile.h, gemm_amx.h), as OP_TILE_* macros:
-// the hardware intrinsics, or, in a build with -DOP_PLUGIN_AMX_EMULATE, a software model of them.
+// The AMX tile instructions the tile GEMMs use (amx_tile.h, gemm_amx.h), as OP_TILE_* macros: the
+// hardware intrinsics, or, in a build with -DOP_PLUGIN_AMX_EMULATE, a software model of them.
+// Included after simd.h (the model lives in its OP_ISA_NS and uses its bf16_to_float).
 //
 // Why the model: the AMX dataflow (tile layouts, packing, block order, tails) must stay correct
 // and tested on every host CI may land on, and most hosts have no AMX. The kernel tests built
@@ -50,10 +51,7 @@ inline void stored(int t, void* base, int64_t stride) {
 inline float bf16(const unsigned char* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return bf16_to_float(h);  // simd.h's
 }
 // C[m][n] += A[m][2k] * B[k][2n], then += A[m][2k+1] * B[k][2n+1], for k ascending.
 inline void dpbf16ps(int c, int a, int b) {
