@@ -114,7 +114,10 @@ void profile_run(const char* title, double flop, Run&& run) {
   }
   const char* names[profile::kPhases] = {"pack/convert", "tile GEMM", "softmax", "reductions", "other"};
   const double gf = flop / best_s / 1e9;
-  std::printf("%s: %.2f ms, %.0f useful GFLOP/s (best of 7)", title, best_s * 1e3, gf);
+  if (best_s < 1e-3)  // decode sizes: microseconds
+    std::printf("%s: %.2f us, %.0f useful GFLOP/s (best of 7)", title, best_s * 1e6, gf);
+  else
+    std::printf("%s: %.2f ms, %.0f useful GFLOP/s (best of 7)", title, best_s * 1e3, gf);
   if (peak > 0) std::printf(" = %.0f%% of the tile peak %.0f", 100.0 * gf / peak, peak);
   std::printf("\n");
   uint64_t counted = 0;
