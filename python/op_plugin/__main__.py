@@ -107,7 +107,8 @@ def _test(ops: list[str], registry: str | None, namespace: str, pytest_args: lis
         print(f"op-plugin test: no generated tests for {', '.join(unknown)} (an op needs samples:, or its forward's); "
               f"ops with tests: {', '.join(generated)}", file=sys.stderr)
         return 1
-    # The references are imported by their dotted paths from the registry's directory (tests.ops.references).
+    # References are imported by their dotted paths: installed (op_plugin.reference) or from the registry's
+    # directory (a scaffolded op's tests.ops.test_NAME).
     sys.path.insert(0, str(registry_file.parent.resolve()))
     import pytest
 

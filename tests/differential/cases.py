@@ -1,6 +1,6 @@
 """Differential testing of valid calls (issue 15): hypothesis draws valid calls across each op
 family's feature space, and each call's forward, its backward op called directly, and autograd
-are compared with the float64 references of tests/ops/references.py within the error budget
+are compared with the float64 references of op_plugin.reference within the error budget
 (at most 2x the error of the same computation in plain PyTorch in the input dtype, plus 4 ulps;
 float64 to 1e-10).
 
@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 from hypothesis import strategies as st
 from op_test_utils import assert_within_budget, eager_shapes, fake_shapes
-from references import (UNBOUNDED, flash_attn_reference, floyd_reference, from_bnsd, swa_keep_mask,
+from op_plugin.reference import (UNBOUNDED, flash_attn_reference, floyd_reference, from_bnsd, swa_keep_mask,
                         swa_reference)
 
 import op_plugin

@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 from op_test_utils import assert_within_budget
-from references import flash_attn_reference, swa_reference
+from op_plugin.reference import flash_attn_reference, swa_reference
 
 import op_plugin
 import op_plugin.compat

@@ -20,7 +20,7 @@ import pytest
 import torch
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
-from references import flash_attn_reference as reference
+from op_plugin.reference import flash_attn_reference as reference
 
 import op_plugin
 

@@ -18,8 +18,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from op_test_utils import (ALL_DTYPES, assert_within_budget, eager_shapes, fake_shapes, num_threads,
                            raises_same_in_eager_and_fake)
 
-from references import FLT_MAX, UNBOUNDED, from_bnsd
-from references import swa_reference as reference
+from op_plugin.reference import FLT_MAX, UNBOUNDED, from_bnsd
+from op_plugin.reference import swa_reference as reference
 
 import op_plugin
 
