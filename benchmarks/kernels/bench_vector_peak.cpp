@@ -1,0 +1,65 @@
+// The per-thread vector peaks the non-AMX rows of docs/benchmarks.md are read against: register-
+// only loops of 12 independent accumulators (more than the FMA latency times the ports on any
+// host we ran), float32 FMA (32 FLOP per zmm instruction) and vdpbf16ps (64 FLOP: 16 lanes x 2
+// pairs x multiply-add). Whether vdpbf16ps issues at the FMA rate decides the bf16 path of the
+// avx512_bf16 level (docs/decisions.md, op_plugin::bf16_dot_full_rate()).
+// Build and run: g++ -O2 -mavx512f -mavx512bf16 -mfma benchmarks/kernels/bench_vector_peak.cpp -o /tmp/peak && /tmp/peak
+// GCC 12 reports its own _mm512_reduce_add_ps (`__m256d __Y = __Y;`) as uninitialized: a known
+// false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace {
+
+constexpr int kAcc = 12;
+constexpr long kIters = 200000000;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The accumulators are summed and printed only when they hit a value they never reach, so the
+// compiler cannot drop the loop.
+void keep(const __m512* acc) {
+  float x = 0;
+  for (int i = 0; i < kAcc; ++i) x += _mm512_reduce_add_ps(acc[i]);
+  if (x == 42.0f) std::puts("");
+}
+
+double fma_gflops() {
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(1.0001f), b = _mm512_set1_ps(0.9999f);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long it = 0; it < kIters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_fmadd_ps(a, acc[i], b);
+  }
+  const double s = seconds_since(t0);
+  keep(acc);
+  return kIters * kAcc * 32.0 / s / 1e9;
+}
+
+double dpbf16_gflops() {
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0 bf16
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long it = 0; it < kIters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  const double s = seconds_since(t0);
+  keep(acc);
+  return kIters * kAcc * 64.0 / s / 1e9;
+}
+
+}  // namespace
+
+int main() {
+  for (int r = 0; r < 3; ++r)
+    std::printf("one thread: float32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s\n", fma_gflops(), dpbf16_gflops());
+}
