@@ -29,32 +29,30 @@ void keep(const __m512* acc) {
   if (x == 42.0f) std::puts("");
 }
 
-double fma_gflops() {
+// GFLOP/s of kIters x kAcc applications of `step` (one instruction of `flop` FLOP each) to
+// independent accumulators.
+template <class Step>
+double gflops(Step step, double flop) {
   __m512 acc[kAcc];
   for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512 a = _mm512_set1_ps(1.0001f), b = _mm512_set1_ps(0.9999f);
   const auto t0 = std::chrono::steady_clock::now();
   for (long it = 0; it < kIters; ++it) {
 #pragma GCC unroll 12
-    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_fmadd_ps(a, acc[i], b);
+    for (int i = 0; i < kAcc; ++i) acc[i] = step(acc[i]);
   }
   const double s = seconds_since(t0);
   keep(acc);
-  return kIters * kAcc * 32.0 / s / 1e9;
+  return kIters * kAcc * flop / s / 1e9;
+}
+
+double fma_gflops() {
+  const __m512 a = _mm512_set1_ps(1.0001f), b = _mm512_set1_ps(0.9999f);
+  return gflops([&](__m512 c) { return _mm512_fmadd_ps(a, c, b); }, 32.0);
 }
 
 double dpbf16_gflops() {
-  __m512 acc[kAcc];
-  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0 bf16
-  const auto t0 = std::chrono::steady_clock::now();
-  for (long it = 0; it < kIters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  }
-  const double s = seconds_since(t0);
-  keep(acc);
-  return kIters * kAcc * 64.0 / s / 1e9;
+  return gflops([&](__m512 c) { return _mm512_dpbf16_ps(c, a, b); }, 64.0);
 }
 
 }  // namespace
