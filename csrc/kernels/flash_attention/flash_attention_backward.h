@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "kernels/common/gemm_ukernel.h"
+#include "kernels/common/profile.h"
 #include "kernels/flash_attention/flash_attention_common.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
@@ -117,9 +118,13 @@ struct Backward {
                   n * p.o_head_stride;
 
     // ---- per-head preparation ------------------------------------------------------------
-    pack_transposed<T, KP>(q, p.q_row_stride, sq, S1p, D, qt, S1p * KP);
-    pack_transposed<T, KP>(dO, p.o_row_stride, sq, S1p, Dv, dot, S1p * KP);
+    {
+      OP_PROFILE_SCOPE(kPack);
+      pack_transposed<T, KP>(q, p.q_row_stride, sq, S1p, D, qt, S1p * KP);
+      pack_transposed<T, KP>(dO, p.o_row_stride, sq, S1p, Dv, dot, S1p * KP);
+    }
     if (pairs) {
+      OP_PROFILE_SCOPE(kPack);
       pack_row_pairs(reinterpret_cast<const uint16_t*>(q), p.q_row_stride, sq, S1p, D,
                      reinterpret_cast<uint16_t*>(qpair), Dp);
       pack_row_pairs(reinterpret_cast<const uint16_t*>(dO), p.o_row_stride, sq, S1p, Dv,
@@ -161,9 +166,11 @@ struct Backward {
       if (ilo <= ihi) {
         const T* kt = k + j0 * p.k_row_stride;
         const T* vt = v + j0 * p.v_row_stride;
-        if (pairs)
+        if (pairs) {
+          OP_PROFILE_SCOPE(kPack);
           pack_row_pairs(reinterpret_cast<const uint16_t*>(kt), p.k_row_stride, nc, nc, D,
                          reinterpret_cast<uint16_t*>(kpair), Dp);
+        }
         // Query tiles start at the first row that sees the key tile (even, for bf16 row pairs),
         // so a window of W keys costs ceil((W + Bc) / Br) tiles per key tile.
         for (int64_t i0 = ilo & ~int64_t(1); i0 <= ihi; i0 += Br) {
@@ -175,13 +182,17 @@ struct Backward {
           if (pairs) ncq = imin(nc, (ncq + 1) & ~int64_t(1));
           const bool full = nr == Br && w.lo(i0 + nr - 1) <= j0 && w.hi(i0) >= j0 + ncq - 1 && i0 >= ilo;
           const int64_t row_hi = i0 + nr - 1;  // lanes past it are zeroed
-          gemm<Ops>(ncq, Br, (D + KP - 1) / KP, kt, p.k_row_stride, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
+          {
+            OP_PROFILE_SCOPE(kGemm);
+            gemm<Ops>(ncq, Br, (D + KP - 1) / KP, kt, p.k_row_stride, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
                     kOverwrite);
-          gemm<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
-                    kOverwrite);
+            gemm<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
+                      kOverwrite);
+          }
           if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, ncq, c2, bias, mt);
           // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)
           if constexpr (KP == 2) {
+            OP_PROFILE_SCOPE(kSoftmax);
             // bf16: P^T and dS^T rows as bf16 (pairs along i) and dS^T rows j, j+1 interleaved
             // (pairs along j), written straight from registers.
             uint16_t* p16 = reinterpret_cast<uint16_t*>(pt);
@@ -223,6 +234,7 @@ struct Backward {
               }
             }
           } else {
+          OP_PROFILE_SCOPE(kSoftmax);
           for (int64_t j = 0; j < ncq; ++j) {
             const int64_t flo = w.first_row(j0 + j);
             const int64_t fhi = imin(w.last_row(j0 + j), row_hi);
@@ -247,6 +259,7 @@ struct Backward {
                 dpse[(i0 + i) * plan.dpse_cols + j0 + j] = dp[j * Br + i] * sc_out;
           }
           if (!pairs) {
+            OP_PROFILE_SCOPE(kGemm);
             const T* pa = reinterpret_cast<const T*>(sc);
             const T* da = reinterpret_cast<const T*>(dp);
             // dV[j] += sum_i P^T[j][i] dO[i];  dK[j] += sum_i dS^T[j][i] Q[i]
@@ -257,6 +270,7 @@ struct Backward {
             // dQ[i] += sum_j dS^T[j][i] K[j]
             gemm<Ops>(nr, D, ncq, da, 1, Br, kt, p.k_row_stride, dqacc + i0 * Dp, Dp, nullptr, kAccumulate);
           } else {
+            OP_PROFILE_SCOPE(kGemm);
             const int64_t kr = (nr + 1) / 2;
             gemm<Ops>(ncq, Dv, kr, pt, Br, 2, dopair + i0 * Dvp, 2 * Dvp, dvacc, Dvp, nullptr, kAccumulate);
             gemm<Ops>(ncq, D, kr, dst, Br, 2, qpair + i0 * Dp, 2 * Dp, dkacc, Dp, nullptr, kAccumulate);
@@ -266,6 +280,7 @@ struct Backward {
         }
       }
       // ---- write dK (scaled), dV of this key tile ----------------------------------------
+      OP_PROFILE_SCOPE(kReduce);
       if (direct) {
         const int64_t ob = out_elem_bytes(out_kind);
         char* dk = static_cast<char*>(p.dk) +
@@ -286,6 +301,7 @@ struct Backward {
     }
 
     // ---- write dQ (scaled) and zero the padding rows of this head ---------------------------
+    OP_PROFILE_SCOPE(kReduce);
     const int64_t ob = out_elem_bytes(out_kind);
     if (C > 1) {
       for (int64_t i = 0; i < sq; ++i) std::memcpy(dqpart + i * dqpart_ld, dqacc + i * Dp, sizeof(S) * static_cast<size_t>(D));

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/common/gemm_ukernel.h"
+#include "kernels/common/profile.h"
 #include "kernels/flash_attention/flash_attention_common.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
@@ -72,7 +73,10 @@ struct Forward {
     const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
                  h * p.v_head_stride;
 
-    pack_transposed<T, KP>(q, p.q_row_stride, rows, Br, D, qt, Br * KP);
+    {
+      OP_PROFILE_SCOPE(kPack);
+      pack_transposed<T, KP>(q, p.q_row_stride, rows, Br, D, qt, Br * KP);
+    }
 
     const S c2 = static_cast<S>(p.scale * kLog2e);  // logits in log2 units
     const bool sink = p.sinks != nullptr;
@@ -108,6 +112,7 @@ struct Forward {
       // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]: keys [ncv[iv-1], ncv[iv]) for lanes iv*W.. only
       for (int iv = 0, done = 0; iv < NVQ; ++iv) {
         if (ncv[iv] <= done) continue;
+        OP_PROFILE_SCOPE(kGemm);
         gemm<Ops>(ncv[iv] - done, Br - iv * W, (D + KP - 1) / KP, k + (j0 + done) * p.k_row_stride, p.k_row_stride,
                   KP, qt + iv * W * KP, Br * KP, sc + done * Br + iv * W, Br, nullptr, kOverwrite);
         done = static_cast<int>(ncv[iv]);
@@ -115,6 +120,7 @@ struct Forward {
       if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias, mt);
       // Online softmax, lane-wise over query rows.
       for (int iv = 0; iv < NVQ; ++iv) {
+        OP_PROFILE_SCOPE(kSoftmax);
         const int64_t base = i0 + iv * W;
         V mx = Ops::set1(static_cast<S>(-INFINITY));
         S* col = sc + iv * W;
@@ -165,6 +171,7 @@ struct Forward {
         const int64_t r0 = iv * W, r1 = imin(rows, static_cast<int64_t>(ive) * W);
         if (r0 >= rows) break;
         const int64_t kc = ncv[iv];
+        OP_PROFILE_SCOPE(kGemm);
         S* arows = acc + r0 * Dvp;
         const S* rs = first ? nullptr : alpha + r0;
         const int mode = first ? kAccumulate : kScaleAccumulate;
@@ -182,6 +189,7 @@ struct Forward {
       first = false;
     }
 
+    OP_PROFILE_SCOPE(kOther);
     finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i0, rows, w, sink, m0, m, l, acc, Dvp, tmp);
   }
 };
