@@ -11,6 +11,7 @@
 #include "kernels/flash_attention/flash_attention_params.h"
 #include "kernels/flash_attention/flash_attention_plan.h"
 #include "op_plugin/op_api.h"
+#include "op_plugin/parallel.h"
 
 namespace op_plugin {
 namespace flash {
@@ -209,6 +210,16 @@ inline void choose_compute(opDataType dt, int64_t D, int64_t Dv, Plan* plan) {
     plan->compute = Compute::kF32;
     plan->stage_convert = true;
   }
+}
+
+// Stage 1's last step for every op on the engine: the compute path, the batch rows of the padded
+// layouts (none for TND) and the engine's plan; numel: elements of q, k, v, attention_out, dy.
+inline bool plan_engine(opDataType dt, bool tnd, int64_t q_rows, int64_t kv_rows, const FlashAttnFwdParams& p,
+                        bool bwd, const int64_t numel[5], PlanStorage* storage, Plan* plan) {
+  choose_compute(dt, p.head_dim, p.head_dim_v, plan);
+  plan->kv_batch_rows = tnd ? 0 : kv_rows;
+  plan->q_batch_rows = tnd ? 0 : q_rows;
+  return make_plan(p, bwd, numel, op_plugin::max_threads(), storage, plan);
 }
 
 inline void sinks_to_doubles(const opTensor* sinks, std::vector<double>* out) {

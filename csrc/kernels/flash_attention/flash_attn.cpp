@@ -36,7 +36,6 @@ struct FlashAttnKernel {
     int64_t B = 0;
     OP_TRY(build_sequences(lq, qd, kd, as_pointer(a.cu_seqlens_q), as_pointer(a.cu_seqlens_kv),
                            as_pointer(a.seqused_q), as_pointer(a.seqused_kv), &ex->seq, &B));
-    const int64_t Dv = vd.dim;
     const Dims od = dims_of(a.attn_out, lo);
     if (!a.return_softmax_lse) ex->lse_placeholder = a.softmax_lse;
 
@@ -54,11 +53,8 @@ struct FlashAttnKernel {
       p.sinks = ex->sinks.data();
     }
 
-    choose_compute(dt, p.head_dim, Dv, &ex->plan);
-    ex->plan.kv_batch_rows = lq == Layout::kTND ? 0 : kd.rows;
-    ex->plan.q_batch_rows = lq == Layout::kTND ? 0 : qd.rows;
     const int64_t numel[5] = {op_plugin::numel(a.q), op_plugin::numel(a.k), op_plugin::numel(a.v), 0, 0};
-    if (!make_plan(p, false, numel, op_plugin::max_threads(), &ex->storage, &ex->plan))
+    if (!plan_engine(dt, lq == Layout::kTND, qd.rows, kd.rows, p, false, numel, &ex->storage, &ex->plan))
       return fail(OP_ERR_TILING_ERROR, "flash_attn: no valid plan for these sizes");
     workspace->reserve(ex->plan.workspace_bytes);
     return OP_SUCCESS;

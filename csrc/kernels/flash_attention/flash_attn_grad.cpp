@@ -55,12 +55,9 @@ struct FlashAttnGradKernel {
     p.win_right = right;
     p.align = MaskAlign::kBottomRight;
 
-    choose_compute(dt, p.head_dim, p.head_dim_v, &ex->plan);
-    ex->plan.kv_batch_rows = lq == Layout::kTND ? 0 : kd.rows;
-    ex->plan.q_batch_rows = lq == Layout::kTND ? 0 : qd.rows;
     const int64_t numel[5] = {op_plugin::numel(a.q), op_plugin::numel(a.k), op_plugin::numel(a.v),
                               op_plugin::numel(a.attn_out), op_plugin::numel(a.dout)};
-    if (!make_plan(p, true, numel, op_plugin::max_threads(), &ex->storage, &ex->plan))
+    if (!plan_engine(dt, lq == Layout::kTND, qd.rows, kd.rows, p, true, numel, &ex->storage, &ex->plan))
       return fail(OP_ERR_TILING_ERROR, "flash_attn_grad: no valid plan for these sizes");
     workspace->reserve(ex->plan.workspace_bytes);
     return OP_SUCCESS;

@@ -214,13 +214,10 @@ inline opStatus make_call(const opTensor* query, const opTensor* key, const opTe
   return OP_SUCCESS;
 }
 
-// Compute path and plan for the filled params; numel: elements of q, k, v, attention_in, dy.
+// The engine's plan for the filled params (plan_engine); numel: elements of q, k, v, attention_in, dy.
 inline bool make_swa_plan(const Geometry& g, const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5],
                           PlanStorage* storage, Plan* plan) {
-  choose_compute(g.dtype, g.dim, g.dim_v, plan);
-  plan->kv_batch_rows = g.tnd ? 0 : g.k.rows;
-  plan->q_batch_rows = g.tnd ? 0 : g.q.rows;
-  return make_plan(p, bwd, numel, op_plugin::max_threads(), storage, plan);
+  return plan_engine(g.dtype, g.tnd, g.q.rows, g.k.rows, p, bwd, numel, storage, plan);
 }
 
 // Fills the params fields both ops share. The executor owns g, m and the sink values.
