@@ -29,6 +29,8 @@ class ExprRenderer:
     shape rules the Autograd kernel evaluates, which also runs on fake tensors with symbolic shapes.
     """
 
+    namespace = "op_plugin::"  # of the helpers (one_of): csrc/bindings/torch_glue.h
+
     def __init__(self, env: dict[str, str], symbolic: bool = False) -> None:
         self.env = env
         self.symbolic = symbolic
@@ -123,9 +125,9 @@ class ExprRenderer:
             if isinstance(op, (ast.Is, ast.IsNot)):
                 return ("!" if isinstance(op, ast.Is) else "") + f"{self.render(left)}.has_value()"
             if isinstance(op, (ast.In, ast.NotIn)):
-                lhs = self.value(left)
-                alts = " || ".join(f"{lhs} == {self.render(x)}" for x in right.elts)  # type: ignore[attr-defined]
-                return f"({alts})" if isinstance(op, ast.In) else f"!({alts})"
+                alts = "".join(f", {self.render(x)}" for x in right.elts)  # type: ignore[attr-defined]
+                test = f"{self.namespace}one_of({self.value(left)}{alts})"
+                return test if isinstance(op, ast.In) else f"!{test}"
             return f"({self.value(left)} {_CMP[type(op)]} {self.value(right)})"
         if isinstance(node, ast.IfExp):
             if E.is_sequence(E.kind_of(node)):

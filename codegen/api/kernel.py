@@ -24,6 +24,8 @@ class KernelExprRenderer(ExprRenderer):
     tensors, ``const char*`` for strings, ``const int64_t*`` / ``const double*`` for optional
     scalars, ``const opIntArray*`` for int lists; a null pointer is None)."""
 
+    namespace = "op_plugin::check::"
+
     def value(self, node: ast.expr) -> str:
         if isinstance(node, ast.Name) and node.id in self.env:
             kind = self.env[node.id]

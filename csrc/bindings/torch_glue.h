@@ -91,6 +91,12 @@ inline at::IntArrayRef value_of(const at::OptionalIntArrayRef& v, const char* na
   return *v;
 }
 
+// The registry's `v in (a, b, ...)`: v evaluated once, compared with each alternative in order.
+template <class X, class... Alts>
+bool one_of(const X& v, const Alts&... alts) {
+  return ((v == alts) || ...);
+}
+
 // Statistics (lse, max/sum, inv_norm, probs) are float32, float64 for float64 inputs.
 inline at::ScalarType stats_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

@@ -46,6 +46,12 @@ inline opDataType stats_dtype(const opTensor* t) { return stats_dtype(t->dtype);
 
 // ---- functions --------------------------------------------------------------------------------
 
+// The registry's `v in (a, b, ...)`: v evaluated once, compared with each alternative in order.
+template <class X, class... Alts>
+bool one_of(const X& v, const Alts&... alts) {
+  return ((v == alts) || ...);
+}
+
 inline int64_t len(const opIntArray* a) { return a->size; }
 inline int64_t len(const std::vector<int64_t>& shape) { return static_cast<int64_t>(shape.size()); }
 // An int[] argument as a shape, for the shape operations (op_plugin/shape_expr.h) and comparisons.

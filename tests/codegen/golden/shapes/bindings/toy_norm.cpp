@@ -25,7 +25,7 @@ struct ToyNormCall {
 
 ToyNormCall plan_toy_norm(const at::Tensor & x, const at::Tensor & weight, double eps, bool return_rstd) {
   // The registry entry's restrictions, in order; the fake function checks the same.
-  TORCH_CHECK((x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble), "toy_norm: ", "x must have dtype float32, float64, but got ", op_plugin::fmt(x.scalar_type()));
+  TORCH_CHECK(op_plugin::one_of(x.scalar_type(), at::kFloat, at::kDouble), "toy_norm: ", "x must have dtype float32, float64, but got ", op_plugin::fmt(x.scalar_type()));
   TORCH_CHECK((static_cast<int64_t>(x.sizes().size()) >= 1), "toy_norm: ", "x must have at least 1 dim, but got ", op_plugin::fmt(x.dim()), "D");
   const int64_t H = x.size(-1);
   const auto LEAD = op_plugin::shape_expr::slice(x.sizes(), std::nullopt, -1);

@@ -23,7 +23,7 @@ opStatus ToyNormCheckArguments(const opTensor* x, const opTensor* weight, double
   OP_TRY(check::check_rank(rstd, "rstd"));
   try {
     // The registry entry's rules, in order; the binding and the fake check the same, with the same texts.
-    if (!(x->dtype == OP_DT_FLOAT || x->dtype == OP_DT_DOUBLE)) return fail(OP_ERR_PARAM_INVALID, "x must have dtype float32, float64, but got ", op_plugin::check::fmt(x->dtype));
+    if (!op_plugin::check::one_of(x->dtype, OP_DT_FLOAT, OP_DT_DOUBLE)) return fail(OP_ERR_PARAM_INVALID, "x must have dtype float32, float64, but got ", op_plugin::check::fmt(x->dtype));
     if (!(op_plugin::check::len(op_plugin::check::shape(x)) >= 1)) return fail(OP_ERR_PARAM_INVALID, "x must have at least 1 dim, but got ", op_plugin::check::fmt(op_plugin::check::dim(x)), "D");
     const int64_t H = op_plugin::check::size(x, -1);
     const auto LEAD = op_plugin::shape_expr::slice(op_plugin::check::shape(x), std::nullopt, -1);
