@@ -373,6 +373,15 @@ void correctness() {
       {2, 1, 7, 5, 40, 32, 0.125, OP_DT_FLOAT16, 0},
       {1, 2, 17, 9, 65, 7, 0.4, OP_DT_DOUBLE, 2},
       {2, 1, 4, 18, 12, 16, 1.0, OP_DT_DOUBLE, 0},
+      // Several n blocks per backward work group (5 blocks of 16 rows in 2 groups, the last one
+      // ragged), for each of the AVX-512 backward's dK/dV layouts: bf16 pairs; float "kd"; float
+      // transposed (D*Kc < K*Dp); float read in place, kd and not; float16.
+      {1, 1, 71, 18, 66, 19, 0.2, OP_DT_BF16, 2},
+      {1, 2, 65, 9, 65, 24, 0.25, OP_DT_FLOAT, 2},
+      {1, 1, 71, 17, 130, 19, 0.3, OP_DT_FLOAT, 1},
+      {1, 1, 50, 4, 8, 8, 0.5, OP_DT_FLOAT, 0},
+      {1, 1, 49, 3, 40, 3, 0.5, OP_DT_FLOAT, 1},
+      {1, 1, 71, 18, 66, 19, 0.2, OP_DT_FLOAT16, 0},
   };
   // Random small shapes.
   std::uniform_int_distribution<int> small(1, 20), keys(1, 70), dims(1, 20);
