@@ -1,9 +1,10 @@
 """Translations into C++: expressions, binding signatures, and the kernel's C prototypes."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import ast
+import contextlib
 import json
 from dataclasses import dataclass
 
@@ -22,6 +23,30 @@ def cpp_string(s: str) -> str:
     return json.dumps(s)
 
 
+def proven_present(node: ast.expr | None) -> frozenset[str]:
+    """The names ``node`` proves are not None where it holds: its ``x is not None`` terms, alone or
+    joined by ``and``."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.IsNot) \
+            and isinstance(node.left, ast.Name) and isinstance(node.comparators[0], ast.Constant) \
+            and node.comparators[0].value is None:
+        return frozenset([node.left.id])
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return frozenset().union(*(proven_present(v) for v in node.values))
+    return frozenset()
+
+
+def proven_present_if_false(node: ast.expr) -> frozenset[str]:
+    """The names ``node`` proves are not None where it is false: its ``x is None`` terms, alone or
+    joined by ``or`` (so ``x is None or x >= 1`` reads x directly on the right)."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Is) \
+            and isinstance(node.left, ast.Name) and isinstance(node.comparators[0], ast.Constant) \
+            and node.comparators[0].value is None:
+        return frozenset([node.left.id])
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return frozenset().union(*(proven_present_if_false(v) for v in node.values))
+    return frozenset()
+
+
 class ExprRenderer:
     """Renders a checked expression; ``env`` gives each name's kind (for optional access).
 
@@ -34,6 +59,21 @@ class ExprRenderer:
     def __init__(self, env: dict[str, str], symbolic: bool = False) -> None:
         self.env = env
         self.symbolic = symbolic
+        # Optionals known not to be None where the expression being rendered is evaluated (a
+        # rule's guard, the earlier terms of an `and`): read directly, without value_of's test.
+        self.present: frozenset[str] = frozenset()
+
+    @contextlib.contextmanager
+    def assuming(self, proof: Expr | None, failed: Expr | None = None) -> Iterator[None]:
+        """Render, inside, where ``proof`` (a rule's guard) holds and ``failed`` (its check, for the
+        message) does not."""
+        saved = self.present
+        self.present = saved | proven_present(proof.tree if proof is not None else None) | (
+            proven_present_if_false(failed.tree) if failed is not None else frozenset())
+        try:
+            yield
+        finally:
+            self.present = saved
 
     def __call__(self, e: Expr) -> str:
         return self.render(e.tree)
@@ -43,9 +83,12 @@ class ExprRenderer:
 
     def value(self, node: ast.expr) -> str:
         """A name's value. Optionals are dereferenced through op_plugin::value_of, which raises
-        (rather than reading an empty optional) when a rule forgot its `is not None` guard."""
+        (rather than reading an empty optional) when a rule forgot its `is not None` guard, or
+        directly where a guard proves them present."""
         text = self.render(node)
         if isinstance(node, ast.Name) and self.env.get(node.id, "").endswith(E.OPTIONAL):
+            if node.id in self.present:
+                return f"(*{text})"
             return f"op_plugin::value_of({text}, {cpp_string(text)})"
         return text
 
@@ -112,8 +155,17 @@ class ExprRenderer:
                 raise E.ExprError("data_dependent() is only for int output values (the kernel computes them)")
             return f"op_plugin::{name}({args})"  # upper, stats_dtype, varlen_*: csrc/bindings/torch_glue.h
         if isinstance(node, ast.BoolOp):
-            op = " && " if isinstance(node.op, ast.And) else " || "
-            return "(" + op.join(self.render(v) for v in node.values) + ")"
+            # Evaluated left to right: a later term of `and` runs where the earlier ones held, of
+            # `or` where they failed, and may read what those prove present.
+            is_and = isinstance(node.op, ast.And)
+            saved, terms = self.present, []
+            try:
+                for v in node.values:
+                    terms.append(self.render(v))
+                    self.present = self.present | (proven_present(v) if is_and else proven_present_if_false(v))
+            finally:
+                self.present = saved
+            return "(" + (" && " if is_and else " || ").join(terms) + ")"
         if isinstance(node, ast.UnaryOp):
             if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
                 return f"-{self.render(node.operand)}"  # a negative literal: x.shape[-1]

@@ -30,7 +30,7 @@ class KernelExprRenderer(ExprRenderer):
         if isinstance(node, ast.Name) and node.id in self.env:
             kind = self.env[node.id]
             name = node.id
-            if kind.endswith(E.OPTIONAL):
+            if kind.endswith(E.OPTIONAL) and node.id not in self.present:
                 name = f"op_plugin::check::value_of({node.id}, {cpp_string(node.id)})"
             base = E.base(kind)
             if base == E.STR:

@@ -30,8 +30,13 @@ def _rules(op: OpEntry) -> list[dict[str, Any]]:
         if isinstance(rule, Check):
             guards = (["op_plugin::strict_mode()"] if rule.strict else []) + (
                 [render(rule.when)] if rule.when is not None else [])
-            out.append({"let": False, "guard": " && ".join(guards), "expr": render(rule.expr),
-                        "message": render.message(op.name, rule.message), "warn": rule.warn})
+            # The check runs where its guard holds; the message where, besides, the check failed.
+            with render.assuming(rule.when):
+                expr = render(rule.expr)
+            with render.assuming(rule.when, failed=rule.expr):
+                message = render.message(op.name, rule.message)
+            out.append({"let": False, "guard": " && ".join(guards), "expr": expr, "message": message,
+                        "warn": rule.warn})
         else:
             out.append({"let": True, "name": rule.name, "type": cpp.let_type(rule.expr.kind),
                         "expr": render(rule.expr)})

@@ -35,11 +35,21 @@ RENDERED = [
      "op_plugin::shape_expr::concat(std::vector<int64_t>{n}, op_plugin::check::ints(size))", "[n, *size]"),
     ("size[0]", "op_plugin::shape_expr::at(size, 0)", "op_plugin::shape_expr::at(op_plugin::check::ints(size), 0)",
      "size[0]"),
+    # The terms after `w is not None` read w directly; a term before it goes through value_of,
+    # which raises if w is None.
     ("w is not None and w.shape[-1] == x.shape[-1]",
-     '(w.has_value() && (op_plugin::value_of(w, "w").size(-1) == x.size(-1)))',
-     '((w != nullptr) && (op_plugin::check::size(op_plugin::check::value_of(w, "w"), -1) == '
-     'op_plugin::check::size(x, -1)))',
+     '(w.has_value() && ((*w).size(-1) == x.size(-1)))',
+     '((w != nullptr) && (op_plugin::check::size(w, -1) == op_plugin::check::size(x, -1)))',
      "w is not None and w.shape[-1] == x.shape[-1]"),
+    ("w.shape[-1] == x.shape[-1] and w is not None",
+     '((op_plugin::value_of(w, "w").size(-1) == x.size(-1)) && w.has_value())',
+     '((op_plugin::check::size(op_plugin::check::value_of(w, "w"), -1) == op_plugin::check::size(x, -1)) && '
+     '(w != nullptr))',
+     "w.shape[-1] == x.shape[-1] and w is not None"),
+    ("(w is not None or n == 0) and w.shape[-1] == 1",
+     '((w.has_value() || (n == 0)) && (op_plugin::value_of(w, "w").size(-1) == 1))',
+     '(((w != nullptr) || (n == 0)) && (op_plugin::check::size(op_plugin::check::value_of(w, "w"), -1) == 1))',
+     "(w is not None or n == 0) and w.shape[-1] == 1"),
     # A view (x.sizes()) and a built vector meet as one vector type.
     ("x.shape if n == 0 else x.shape[:n]",
      "((n == 0) ? op_plugin::shape_expr::vec(x.sizes()) : op_plugin::shape_expr::slice(x.sizes(), std::nullopt, n))",

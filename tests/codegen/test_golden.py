@@ -304,13 +304,13 @@ ENV = {"q": "Tensor", "bias": "Tensor?", "layout": "str", "window": "int?", "siz
 RENDERED = [
     # (expression, C++, Python)
     ("bias is None or bias.dim() == 1",
-     "(!bias.has_value() || (op_plugin::value_of(bias, \"bias\").dim() == 1))",
+     "(!bias.has_value() || ((*bias).dim() == 1))",
      "bias is None or bias.dim() == 1"),
     ("bias is not None and bias.size(0) == q.size(-1)",
-     "(bias.has_value() && (op_plugin::value_of(bias, \"bias\").size(0) == q.size(-1)))",
+     "(bias.has_value() && ((*bias).size(0) == q.size(-1)))",
      "bias is not None and bias.size(0) == q.size(-1)"),
     ("window is None or window >= 1",
-     "(!window.has_value() || (op_plugin::value_of(window, \"window\") >= 1))",
+     "(!window.has_value() || ((*window) >= 1))",
      "window is None or window >= 1"),
     ("upper(layout) in ('BSND', 'TND')",
      'op_plugin::one_of(op_plugin::upper(layout), "BSND", "TND")',

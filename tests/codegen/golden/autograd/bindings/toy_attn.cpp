@@ -26,7 +26,7 @@ struct ToyAttnCall {
 ToyAttnCall plan_toy_attn(const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & mask, double scale) {
   // The registry entry's restrictions, in order; the fake function checks the same.
   TORCH_CHECK(((q.dim() == 2) && (k.dim() == 2) && (q.size(1) == k.size(1))), "toy_attn: ", "q and k must be [S, D] with one D, but got ", op_plugin::fmt(q.sizes()), " and ", op_plugin::fmt(k.sizes()));
-  TORCH_CHECK((!mask.has_value() || (op_plugin::value_of(mask, "mask").dim() == 2)), "toy_attn: ", "mask must be 2D, but got ", op_plugin::fmt(op_plugin::value_of(mask, "mask").dim()), "D");
+  TORCH_CHECK((!mask.has_value() || ((*mask).dim() == 2)), "toy_attn: ", "mask must be 2D, but got ", op_plugin::fmt((*mask).dim()), "D");
 
   ToyAttnCall call;
   call.out = at::empty(q.sizes(), at::TensorOptions().dtype(q.scalar_type()));

@@ -25,7 +25,7 @@ opStatus ToyAttnCheckArguments(const opTensor* q, const opTensor* k, const opTen
   try {
     // The registry entry's rules, in order; the binding and the fake check the same, with the same texts.
     if (!((op_plugin::check::dim(q) == 2) && (op_plugin::check::dim(k) == 2) && (op_plugin::check::size(q, 1) == op_plugin::check::size(k, 1)))) return fail(OP_ERR_PARAM_INVALID, "q and k must be [S, D] with one D, but got ", op_plugin::check::fmt(op_plugin::check::shape(q)), " and ", op_plugin::check::fmt(op_plugin::check::shape(k)));
-    if (!((mask == nullptr) || (op_plugin::check::dim(op_plugin::check::value_of(mask, "mask")) == 2))) return fail(OP_ERR_PARAM_INVALID, "mask must be 2D, but got ", op_plugin::check::fmt(op_plugin::check::dim(op_plugin::check::value_of(mask, "mask"))), "D");
+    if (!((mask == nullptr) || (op_plugin::check::dim(mask) == 2))) return fail(OP_ERR_PARAM_INVALID, "mask must be 2D, but got ", op_plugin::check::fmt(op_plugin::check::dim(mask)), "D");
     // The outputs the caller allocated: the shapes and dtypes the registry's output rules give.
     OP_TRY(check::check_output(out, "out", op_plugin::check::shape(q), q->dtype));
     OP_TRY(check::check_output(lse, "lse", std::vector<int64_t>{op_plugin::check::size(q, 0)}, OP_DT_FLOAT));

@@ -26,7 +26,7 @@ struct PaintCall {
 PaintCall plan_paint(const at::Tensor & x, int64_t shade, ::std::optional<int64_t> edge) {
   // The registry entry's restrictions, in order; the fake function checks the same.
   TORCH_CHECK(op_plugin::one_of(shade, 0, 2, 5), "paint: ", "shade only supports 0, 2, 5, but got ", op_plugin::fmt(shade), ".");
-  TORCH_CHECK((!edge.has_value() || op_plugin::one_of(op_plugin::value_of(edge, "edge"), 0, 2, 5)), "paint: ", "edge must be a Shade (NONE = 0, LIGHT = 2, DARK = 5), but got ", op_plugin::fmt(op_plugin::value_of(edge, "edge")));
+  TORCH_CHECK((!edge.has_value() || op_plugin::one_of((*edge), 0, 2, 5)), "paint: ", "edge must be a Shade (NONE = 0, LIGHT = 2, DARK = 5), but got ", op_plugin::fmt((*edge)));
 
   PaintCall call;
   call.result0 = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type()));

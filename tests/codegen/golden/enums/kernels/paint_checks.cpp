@@ -19,7 +19,7 @@ opStatus PaintCheckArguments(const opTensor* x, int64_t shade, const int64_t* ed
   try {
     // The registry entry's rules, in order; the binding and the fake check the same, with the same texts.
     if (!op_plugin::check::one_of(shade, 0, 2, 5)) return fail(OP_ERR_PARAM_INVALID, "shade only supports 0, 2, 5, but got ", op_plugin::check::fmt(shade), ".");
-    if (!((edge == nullptr) || op_plugin::check::one_of(*op_plugin::check::value_of(edge, "edge"), 0, 2, 5))) return fail(OP_ERR_PARAM_INVALID, "edge must be a Shade (NONE = 0, LIGHT = 2, DARK = 5), but got ", op_plugin::check::fmt(*op_plugin::check::value_of(edge, "edge")));
+    if (!((edge == nullptr) || op_plugin::check::one_of(*edge, 0, 2, 5))) return fail(OP_ERR_PARAM_INVALID, "edge must be a Shade (NONE = 0, LIGHT = 2, DARK = 5), but got ", op_plugin::check::fmt(*edge));
     // The outputs the caller allocated: the shapes and dtypes the registry's output rules give.
     OP_TRY(check::check_output(result0, "result0", op_plugin::check::shape(x), x->dtype));
   } catch (const check::ArgumentError& e) {

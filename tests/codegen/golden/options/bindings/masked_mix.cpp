@@ -27,21 +27,21 @@ struct MaskedMixCall {
 MaskedMixCall plan_masked_mix(const at::Tensor & x, const ::std::optional<at::Tensor> & bias, c10::string_view layout, at::OptionalIntArrayRef sizes, ::std::optional<int64_t> window, bool flag, c10::string_view layout_out, double alpha, int64_t groups) {
   // The registry entry's restrictions, in order; the fake function checks the same.
   TORCH_CHECK(op_plugin::one_of(x.scalar_type(), at::kHalf, at::kBFloat16, at::kFloat), "masked_mix: ", "x must have dtype float16, bfloat16, float32, but got ", op_plugin::fmt(x.scalar_type()));
-  if (bias.has_value()) TORCH_CHECK(op_plugin::one_of(op_plugin::value_of(bias, "bias").scalar_type(), at::kFloat), "masked_mix: ", "bias must have dtype float32, but got ", op_plugin::fmt(op_plugin::value_of(bias, "bias").scalar_type()));
+  if (bias.has_value()) TORCH_CHECK(op_plugin::one_of((*bias).scalar_type(), at::kFloat), "masked_mix: ", "bias must have dtype float32, but got ", op_plugin::fmt((*bias).scalar_type()));
   TORCH_CHECK((x.dim() == 3), "masked_mix: ", "x must be 3D [B, S, H], but got ", op_plugin::fmt(x.dim()), "D with shape ", op_plugin::fmt(x.sizes()));
   const int64_t B = x.size(0);
   const int64_t S = x.size(1);
   const int64_t H = x.size(2);
   const int64_t W = (flag ? (S - 1) : S);
   const int64_t HALF = ((H / 2) + (H % 2));
-  TORCH_CHECK((!bias.has_value() || ((op_plugin::value_of(bias, "bias").dim() == 1) && (op_plugin::value_of(bias, "bias").size(0) == H))), "masked_mix: ", "bias must be [H] = [", op_plugin::fmt(H), "], but got ", op_plugin::fmt(op_plugin::value_of(bias, "bias").sizes()));
-  if (sizes.has_value()) TORCH_CHECK((static_cast<int64_t>(op_plugin::value_of(sizes, "sizes").size()) == 2), "masked_mix: ", "sizes must have 2 entries, but got ", op_plugin::fmt(static_cast<int64_t>(op_plugin::value_of(sizes, "sizes").size())));
+  TORCH_CHECK((!bias.has_value() || (((*bias).dim() == 1) && ((*bias).size(0) == H))), "masked_mix: ", "bias must be [H] = [", op_plugin::fmt(H), "], but got ", op_plugin::fmt((*bias).sizes()));
+  if (sizes.has_value()) TORCH_CHECK((static_cast<int64_t>((*sizes).size()) == 2), "masked_mix: ", "sizes must have 2 entries, but got ", op_plugin::fmt(static_cast<int64_t>((*sizes).size())));
   // warns in stage 1: MaskedMixCheckArguments
-  TORCH_CHECK((!window.has_value() || ((op_plugin::value_of(window, "window") >= 1) && !((op_plugin::value_of(window, "window") > W)))), "masked_mix: ", "window must be in [1, ", op_plugin::fmt(W), "], but got ", op_plugin::fmt(op_plugin::value_of(window, "window")));
+  TORCH_CHECK((!window.has_value() || (((*window) >= 1) && !(((*window) > W)))), "masked_mix: ", "window must be in [1, ", op_plugin::fmt(W), "], but got ", op_plugin::fmt((*window)));
   TORCH_CHECK(op_plugin::one_of(op_plugin::upper(layout), "BSND", "BNSD", "TND"), "masked_mix: ", "layout must be one of BSND, BNSD, TND, but got ", op_plugin::fmt(layout));
   TORCH_CHECK((layout_out == layout), "masked_mix: ", "layout_out must equal layout (", op_plugin::fmt(layout), "), but got ", op_plugin::fmt(layout_out));
   TORCH_CHECK((groups >= 1), "masked_mix: ", "groups must be in [1, inf], but got ", op_plugin::fmt(groups));
-  if (op_plugin::strict_mode()) TORCH_CHECK((!window.has_value() || op_plugin::one_of(op_plugin::value_of(window, "window"), 1, 2, 4, 8)), "masked_mix: ", "window must be one of 1, 2, 4, 8, but got ", op_plugin::fmt(op_plugin::value_of(window, "window")));
+  if (op_plugin::strict_mode()) TORCH_CHECK((!window.has_value() || op_plugin::one_of((*window), 1, 2, 4, 8)), "masked_mix: ", "window must be one of 1, 2, 4, 8, but got ", op_plugin::fmt((*window)));
   if (op_plugin::strict_mode()) TORCH_CHECK(((W >= 1) && (W <= 4096)), "masked_mix: ", "window ", op_plugin::fmt(W), " exceeds the device limit {", "4096}");
   if (flag) TORCH_CHECK(op_plugin::one_of(alpha, 1.0, 0.5), "masked_mix: ", "alpha must be one of 1.0, 0.5, but got ", op_plugin::fmt(alpha));
   if (op_plugin::strict_mode()) TORCH_CHECK(((x.scalar_type() != at::kHalf) || op_plugin::one_of(op_plugin::upper(layout), "BSND")), "masked_mix: ", "float16 needs layout BSND, got ", op_plugin::fmt(op_plugin::upper(layout)), " (stats ", op_plugin::fmt(op_plugin::stats_dtype(x)), ")");

@@ -24,21 +24,21 @@ opStatus MaskedMixCheckArguments(const opTensor* x, const opTensor* bias, const 
   try {
     // The registry entry's rules, in order; the binding and the fake check the same, with the same texts.
     if (!op_plugin::check::one_of(x->dtype, OP_DT_FLOAT16, OP_DT_BF16, OP_DT_FLOAT)) return fail(OP_ERR_PARAM_INVALID, "x must have dtype float16, bfloat16, float32, but got ", op_plugin::check::fmt(x->dtype));
-    if (((bias != nullptr)) && !op_plugin::check::one_of(op_plugin::check::value_of(bias, "bias")->dtype, OP_DT_FLOAT)) return fail(OP_ERR_PARAM_INVALID, "bias must have dtype float32, but got ", op_plugin::check::fmt(op_plugin::check::value_of(bias, "bias")->dtype));
+    if (((bias != nullptr)) && !op_plugin::check::one_of(bias->dtype, OP_DT_FLOAT)) return fail(OP_ERR_PARAM_INVALID, "bias must have dtype float32, but got ", op_plugin::check::fmt(bias->dtype));
     if (!(op_plugin::check::dim(x) == 3)) return fail(OP_ERR_PARAM_INVALID, "x must be 3D [B, S, H], but got ", op_plugin::check::fmt(op_plugin::check::dim(x)), "D with shape ", op_plugin::check::fmt(op_plugin::check::shape(x)));
     const int64_t B = op_plugin::check::size(x, 0);
     const int64_t S = op_plugin::check::size(x, 1);
     const int64_t H = op_plugin::check::size(x, 2);
     const int64_t W = (flag ? (S - 1) : S);
     const int64_t HALF = ((H / 2) + (H % 2));
-    if (!((bias == nullptr) || ((op_plugin::check::dim(op_plugin::check::value_of(bias, "bias")) == 1) && (op_plugin::check::size(op_plugin::check::value_of(bias, "bias"), 0) == H)))) return fail(OP_ERR_PARAM_INVALID, "bias must be [H] = [", op_plugin::check::fmt(H), "], but got ", op_plugin::check::fmt(op_plugin::check::shape(op_plugin::check::value_of(bias, "bias"))));
-    if (((sizes != nullptr)) && !(op_plugin::check::len(op_plugin::check::value_of(sizes, "sizes")) == 2)) return fail(OP_ERR_PARAM_INVALID, "sizes must have 2 entries, but got ", op_plugin::check::fmt(op_plugin::check::len(op_plugin::check::value_of(sizes, "sizes"))));
+    if (!((bias == nullptr) || ((op_plugin::check::dim(bias) == 1) && (op_plugin::check::size(bias, 0) == H)))) return fail(OP_ERR_PARAM_INVALID, "bias must be [H] = [", op_plugin::check::fmt(H), "], but got ", op_plugin::check::fmt(op_plugin::check::shape(bias)));
+    if (((sizes != nullptr)) && !(op_plugin::check::len(sizes) == 2)) return fail(OP_ERR_PARAM_INVALID, "sizes must have 2 entries, but got ", op_plugin::check::fmt(op_plugin::check::len(sizes)));
     if (flag && !(S >= 8)) check::warn("masked_mix", check::concat("S = ", op_plugin::check::fmt(S), " is shorter than one tile: flag has no effect"));
-    if (!((window == nullptr) || ((*op_plugin::check::value_of(window, "window") >= 1) && !((*op_plugin::check::value_of(window, "window") > W))))) return fail(OP_ERR_PARAM_INVALID, "window must be in [1, ", op_plugin::check::fmt(W), "], but got ", op_plugin::check::fmt(*op_plugin::check::value_of(window, "window")));
+    if (!((window == nullptr) || ((*window >= 1) && !((*window > W))))) return fail(OP_ERR_PARAM_INVALID, "window must be in [1, ", op_plugin::check::fmt(W), "], but got ", op_plugin::check::fmt(*window));
     if (!op_plugin::check::one_of(op_plugin::check::upper(op_plugin::check::text(layout)), "BSND", "BNSD", "TND")) return fail(OP_ERR_PARAM_INVALID, "layout must be one of BSND, BNSD, TND, but got ", op_plugin::check::fmt(op_plugin::check::text(layout)));
     if (!(op_plugin::check::text(layout_out) == op_plugin::check::text(layout))) return fail(OP_ERR_PARAM_INVALID, "layout_out must equal layout (", op_plugin::check::fmt(op_plugin::check::text(layout)), "), but got ", op_plugin::check::fmt(op_plugin::check::text(layout_out)));
     if (!(groups >= 1)) return fail(OP_ERR_PARAM_INVALID, "groups must be in [1, inf], but got ", op_plugin::check::fmt(groups));
-    if ((opGetStrictMode()) && !((window == nullptr) || op_plugin::check::one_of(*op_plugin::check::value_of(window, "window"), 1, 2, 4, 8))) return fail(OP_ERR_PARAM_INVALID, "window must be one of 1, 2, 4, 8, but got ", op_plugin::check::fmt(*op_plugin::check::value_of(window, "window")));
+    if ((opGetStrictMode()) && !((window == nullptr) || op_plugin::check::one_of(*window, 1, 2, 4, 8))) return fail(OP_ERR_PARAM_INVALID, "window must be one of 1, 2, 4, 8, but got ", op_plugin::check::fmt(*window));
     if ((opGetStrictMode()) && !((W >= 1) && (W <= 4096))) return fail(OP_ERR_PARAM_INVALID, "window ", op_plugin::check::fmt(W), " exceeds the device limit {", "4096}");
     if ((flag) && !op_plugin::check::one_of(alpha, 1.0, 0.5)) return fail(OP_ERR_PARAM_INVALID, "alpha must be one of 1.0, 0.5, but got ", op_plugin::check::fmt(alpha));
     if ((opGetStrictMode()) && !((x->dtype != OP_DT_FLOAT16) || op_plugin::check::one_of(op_plugin::check::upper(op_plugin::check::text(layout)), "BSND"))) return fail(OP_ERR_PARAM_INVALID, "float16 needs layout BSND, got ", op_plugin::check::fmt(op_plugin::check::upper(op_plugin::check::text(layout))), " (stats ", op_plugin::check::fmt(op_plugin::check::stats_dtype(x)), ")");
