@@ -7,12 +7,14 @@ import ast
 import contextlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from torchgen.api import dispatcher
 from torchgen.model import FunctionSchema
 
 from codegen import expr as E
 from codegen.expr import Expr, Message
+from codegen.model import Check
 
 _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
@@ -23,28 +25,37 @@ def cpp_string(s: str) -> str:
     return json.dumps(s)
 
 
-def proven_present(node: ast.expr | None) -> frozenset[str]:
-    """The names ``node`` proves are not None where it holds: its ``x is not None`` terms, alone or
-    joined by ``and``."""
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.IsNot) \
+def _none_tests(node: ast.expr, test: type, join: type) -> frozenset[str]:
+    """The names x of ``node``'s ``x <test> None`` terms, alone or joined by ``join``."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], test) \
             and isinstance(node.left, ast.Name) and isinstance(node.comparators[0], ast.Constant) \
             and node.comparators[0].value is None:
         return frozenset([node.left.id])
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        return frozenset().union(*(proven_present(v) for v in node.values))
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, join):
+        return frozenset().union(*(_none_tests(v, test, join) for v in node.values))
     return frozenset()
+
+
+def proven_present(node: ast.expr) -> frozenset[str]:
+    """The names ``node`` proves are not None where it holds (``x is not None and ...``)."""
+    return _none_tests(node, ast.IsNot, ast.And)
 
 
 def proven_present_if_false(node: ast.expr) -> frozenset[str]:
-    """The names ``node`` proves are not None where it is false: its ``x is None`` terms, alone or
-    joined by ``or`` (so ``x is None or x >= 1`` reads x directly on the right)."""
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Is) \
-            and isinstance(node.left, ast.Name) and isinstance(node.comparators[0], ast.Constant) \
-            and node.comparators[0].value is None:
-        return frozenset([node.left.id])
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-        return frozenset().union(*(proven_present_if_false(v) for v in node.values))
-    return frozenset()
+    """The names ``node`` proves are not None where it is false (``x is None or ...``)."""
+    return _none_tests(node, ast.Is, ast.Or)
+
+
+def render_check(render: ExprRenderer, op_name: str, rule: Check, strict_guard: str) -> dict[str, Any]:
+    """A Check rule's template fields: its guard (``strict_guard`` for strict-mode rules, then its
+    ``when``), the check, which runs where the guard holds, and the message, which runs where
+    besides the check failed (so both may read the optionals those prove present)."""
+    guards = ([strict_guard] if rule.strict else []) + ([render(rule.when)] if rule.when is not None else [])
+    with render.assuming(rule.when):
+        expr = render(rule.expr)
+    with render.assuming(rule.when, failed=rule.expr):
+        message = render.message(op_name, rule.message)
+    return {"let": False, "guard": " && ".join(guards), "expr": expr, "message": message, "warn": rule.warn}
 
 
 class ExprRenderer:
@@ -68,7 +79,7 @@ class ExprRenderer:
         """Render, inside, where ``proof`` (a rule's guard) holds and ``failed`` (its check, for the
         message) does not."""
         saved = self.present
-        self.present = saved | proven_present(proof.tree if proof is not None else None) | (
+        self.present = saved | (proven_present(proof.tree) if proof is not None else frozenset()) | (
             proven_present_if_false(failed.tree) if failed is not None else frozenset())
         try:
             yield

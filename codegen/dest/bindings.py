@@ -28,15 +28,7 @@ def _rules(op: OpEntry) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for rule in op.rules:
         if isinstance(rule, Check):
-            guards = (["op_plugin::strict_mode()"] if rule.strict else []) + (
-                [render(rule.when)] if rule.when is not None else [])
-            # The check runs where its guard holds; the message where, besides, the check failed.
-            with render.assuming(rule.when):
-                expr = render(rule.expr)
-            with render.assuming(rule.when, failed=rule.expr):
-                message = render.message(op.name, rule.message)
-            out.append({"let": False, "guard": " && ".join(guards), "expr": expr, "message": message,
-                        "warn": rule.warn})
+            out.append(cpp.render_check(render, op.name, rule, "op_plugin::strict_mode()"))
         else:
             out.append({"let": True, "name": rule.name, "type": cpp.let_type(rule.expr.kind),
                         "expr": render(rule.expr)})

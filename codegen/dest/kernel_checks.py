@@ -26,15 +26,7 @@ def _context(op: OpEntry) -> dict[str, Any]:
     rules: list[dict[str, Any]] = []
     for rule in op.rules:
         if isinstance(rule, Check):
-            guards = (["opGetStrictMode()"] if rule.strict else []) + (
-                [render(rule.when)] if rule.when is not None else [])
-            # The check runs where its guard holds; the message where, besides, the check failed.
-            with render.assuming(rule.when):
-                expr = render(rule.expr)
-            with render.assuming(rule.when, failed=rule.expr):
-                message = render.message(op.name, rule.message)
-            rules.append({"let": False, "guard": " && ".join(guards), "expr": expr, "message": message,
-                          "warn": rule.warn})
+            rules.append(cpp.render_check(render, op.name, rule, "opGetStrictMode()"))
         else:
             rules.append({"let": True, "name": rule.name, "type": _LET_TYPES.get(rule.expr.kind, "const auto"),
                           "expr": render(rule.expr)})
