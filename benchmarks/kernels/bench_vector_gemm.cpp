@@ -26,22 +26,29 @@ static double thread_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// One Floyd backward GEMM shape: C[M][N] += A[M][depth] B[depth][N], A element (i, p) at
-// a[i*sam + p*sak], B row p at b[p*ldb], C rows ldc apart. depth counts KP-element steps.
+// One Floyd backward GEMM shape: C[M][N] += A[M][depth] B[depth][N] over `depth` elements
+// (depth / KP steps of the micro-kernel), A's step p of row i at a[i*sam + p*sak], B's step p at
+// b[p*ldb], C rows ldc apart (strides in elements, as the backward passes them).
 struct Shape {
   const char* name;
-  int64_t M, N, depth_elems, sam, sak_steps_of_kp, ldb, ldc;
+  int64_t M, N, depth, sam, sak, ldb, ldc;
 };
+
+// Operand values: bf16 bits of 1.0 / 0.5 for the pairs, the same values as floats.
+template <class T> T operand(bool one) {
+  if constexpr (sizeof(T) == 2) return static_cast<T>(one ? 0x3f80 : 0x3f00);
+  else return one ? 1.0f : 0.5f;
+}
 
 template <class Ops>
 double gflops(const Shape& s, int64_t stream_bytes) {
   using T = typename Ops::T;
   constexpr int KP = Ops::KP;
-  const int64_t depth = s.depth_elems / KP;
-  std::vector<T> a(static_cast<size_t>(s.M * s.sam + depth * KP * s.sak_steps_of_kp + 64), T(0));
-  std::vector<T> b(static_cast<size_t>(depth * s.ldb + s.N * KP + 64), T(0));
-  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<T>(i % 7 == 0 ? 0x3f80 : 0x3f00);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(i % 5 == 0 ? 0x3f80 : 0x3e00);
+  const int64_t steps = s.depth / KP;
+  std::vector<T> a(static_cast<size_t>(s.M * s.sam + steps * s.sak + 64));
+  std::vector<T> b(static_cast<size_t>(steps * s.ldb + s.N * KP + 64));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = operand<T>(i % 7 == 0);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = operand<T>(i % 5 == 0);
   // Streamed: C blocks of M rows x ldc over stream_bytes, N of their columns at a time: every
   // row block at one column offset, then the next offset (the key blocks k0 of the backward's
   // loop); hot (stream_bytes 0): one block.
@@ -54,11 +61,11 @@ double gflops(const Shape& s, int64_t stream_bytes) {
   for (int rep = 0; rep < 7; ++rep) {
     const double t0 = thread_seconds();
     for (int64_t i = 0; i < calls; ++i)
-      e::gemm<Ops>(s.M, s.N, depth, a.data(), s.sam, KP * s.sak_steps_of_kp, b.data(), s.ldb,
+      e::gemm<Ops>(s.M, s.N, steps, a.data(), s.sam, s.sak, b.data(), s.ldb,
                    c.data() + (i % blocks) * block + ((i / blocks) % offsets) * s.N, s.ldc, nullptr, e::kAccumulate);
     best = std::min(best, thread_seconds() - t0);
   }
-  return 2.0 * s.M * s.N * s.depth_elems * calls / best * 1e-9;
+  return 2.0 * s.M * s.N * s.depth * calls / best * 1e-9;
 }
 
 int main() {
@@ -69,9 +76,9 @@ int main() {
   // LT = 80 floats per logit row, Kc = 272 (K = 256), TM = TN = 16, DE = D = 64.
   const Shape bf16[] = {
       // logits S / dP: 16 rows m of one n, 64 keys, depth d; B "along d" (rows of 2*256+16).
-      {"S, dP     (16 x 64, depth 64)", 16, 64, 64, 64, 1, 528, 80},
+      {"S, dP     (16 x 64, depth 64)", 16, 64, 64, 64, 2, 528, 80},
       // dK1^T / dV1^T: rows d, keys, depth m; A = Q^T [d][16], B = paired dS rows (2*LT).
-      {"dK1, dV1  (64 x 64, depth 16)", 64, 64, 16, 16, 1, 160, 272},
+      {"dK1, dV1  (64 x 64, depth 16)", 64, 64, 16, 16, 2, 160, 272},
   };
   const Shape fp32[] = {
       {"S, dP     (16 x 64, depth 64)", 16, 64, 64, 64, 1, 272, 80},
