@@ -71,20 +71,32 @@ class ExprRenderer:
         self.env = env
         self.symbolic = symbolic
         # Optionals known not to be None where the expression being rendered is evaluated (a
-        # rule's guard, the earlier terms of an `and`): read directly, without value_of's test.
+        # rule's guard, the earlier terms of an `and`, a ternary's test): read directly, without
+        # value_of's test.
         self.present: frozenset[str] = frozenset()
+
+    def _learn(self, node: ast.expr | None, holds: bool) -> None:
+        """Add to ``present`` what ``node`` proves where it evaluates to ``holds``."""
+        if node is not None:
+            self.present |= proven_present(node) if holds else proven_present_if_false(node)
+
+    @contextlib.contextmanager
+    def _knowing(self, node: ast.expr | None, holds: bool) -> Iterator[None]:
+        """Render, inside, where ``node`` evaluated to ``holds``."""
+        saved = self.present
+        self._learn(node, holds)
+        try:
+            yield
+        finally:
+            self.present = saved
 
     @contextlib.contextmanager
     def assuming(self, proof: Expr | None, failed: Expr | None = None) -> Iterator[None]:
         """Render, inside, where ``proof`` (a rule's guard) holds and ``failed`` (its check, for the
         message) does not."""
-        saved = self.present
-        self.present = saved | (proven_present(proof.tree) if proof is not None else frozenset()) | (
-            proven_present_if_false(failed.tree) if failed is not None else frozenset())
-        try:
+        with self._knowing(proof.tree if proof is not None else None, True), \
+                self._knowing(failed.tree if failed is not None else None, False):
             yield
-        finally:
-            self.present = saved
 
     def __call__(self, e: Expr) -> str:
         return self.render(e.tree)
@@ -173,7 +185,7 @@ class ExprRenderer:
             try:
                 for v in node.values:
                     terms.append(self.render(v))
-                    self.present = self.present | (proven_present(v) if is_and else proven_present_if_false(v))
+                    self._learn(v, is_and)
             finally:
                 self.present = saved
             return "(" + (" && " if is_and else " || ").join(terms) + ")"
@@ -196,13 +208,23 @@ class ExprRenderer:
             if E.is_sequence(E.kind_of(node)):
                 # A view (x.sizes(), an int[] argument) and a vector meet as a vector: a view of the
                 # vector temporary would dangle.
-                views = [isinstance(b, (ast.Attribute, ast.Name)) for b in (node.body, node.orelse)]
-                body, orelse = (f"op_plugin::shape_expr::vec({self.seq(b)})" if view and not all(views)
-                                else self.seq(b) for b, view in zip((node.body, node.orelse), views))
-                return f"({self.render(node.test)} ? {body} : {orelse})"
-            if E.base(self.kind(node.body)) == self.kind(node):  # both branches give a plain value
-                return f"({self.render(node.test)} ? {self.value(node.body)} : {self.value(node.orelse)})"
-            return f"({self.render(node.test)} ? {self.render(node.body)} : {self.render(node.orelse)})"
+                def is_view(b: ast.expr) -> bool:
+                    return isinstance(b, (ast.Attribute, ast.Name))
+
+                def branch(b: ast.expr) -> str:
+                    mixed = is_view(b) and not (is_view(node.body) and is_view(node.orelse))
+                    return f"op_plugin::shape_expr::vec({self.seq(b)})" if mixed else self.seq(b)
+            elif E.base(self.kind(node.body)) == self.kind(node):  # both branches give a plain value
+                branch = self.value
+            else:
+                branch = self.render
+            # The body runs where the test held, the else branch where it failed: each may read what
+            # that proves present (`x.shape if x is not None else ...`).
+            with self._knowing(node.test, True):
+                body = branch(node.body)
+            with self._knowing(node.test, False):
+                orelse = branch(node.orelse)
+            return f"({self.render(node.test)} ? {body} : {orelse})"
         if isinstance(node, ast.List):
             element = "c10::SymInt" if self.symbolic else "int64_t"
             return f"std::vector<{element}>{{" + ", ".join(self.value(x) for x in node.elts) + "}"

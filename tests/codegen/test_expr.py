@@ -50,6 +50,26 @@ RENDERED = [
      '((w.has_value() || (n == 0)) && (op_plugin::value_of(w, "w").size(-1) == 1))',
      '(((w != nullptr) || (n == 0)) && (op_plugin::check::size(op_plugin::check::value_of(w, "w"), -1) == 1))',
      "(w is not None or n == 0) and w.shape[-1] == 1"),
+    # A ternary's body runs where its test held, its else branch where it failed: the branch that
+    # `w is not None` / `w is None` proves w in reads it directly, the other keeps value_of.
+    ("w.shape[-1] if w is not None else n",
+     '(w.has_value() ? (*w).size(-1) : n)',
+     '((w != nullptr) ? op_plugin::check::size(w, -1) : n)',
+     "w.shape[-1] if w is not None else n"),
+    ("n if w is None else w.shape[-1]",
+     '(!w.has_value() ? n : (*w).size(-1))',
+     '((w == nullptr) ? n : op_plugin::check::size(w, -1))',
+     "n if w is None else w.shape[-1]"),
+    ("w.shape[-1] if w is None else n",
+     '(!w.has_value() ? op_plugin::value_of(w, "w").size(-1) : n)',
+     '((w == nullptr) ? op_plugin::check::size(op_plugin::check::value_of(w, "w"), -1) : n)',
+     "w.shape[-1] if w is None else n"),
+    ("w.shape if w is not None else x.shape[:n]",
+     "(w.has_value() ? op_plugin::shape_expr::vec((*w).sizes()) : "
+     "op_plugin::shape_expr::slice(x.sizes(), std::nullopt, n))",
+     "((w != nullptr) ? op_plugin::shape_expr::vec(op_plugin::check::shape(w)) : "
+     "op_plugin::shape_expr::slice(op_plugin::check::shape(x), std::nullopt, n))",
+     "w.shape if w is not None else x.shape[:n]"),
     # A view (x.sizes()) and a built vector meet as one vector type.
     ("x.shape if n == 0 else x.shape[:n]",
      "((n == 0) ? op_plugin::shape_expr::vec(x.sizes()) : op_plugin::shape_expr::slice(x.sizes(), std::nullopt, n))",
