@@ -49,12 +49,14 @@ def proven_present_if_false(node: ast.expr) -> frozenset[str]:
 def render_check(render: ExprRenderer, op_name: str, rule: Check, strict_guard: str) -> dict[str, Any]:
     """A Check rule's template fields: its guard (``strict_guard`` for strict-mode rules, then its
     ``when``), the check, which runs where the guard holds, and the message, which runs where
-    besides the check failed (so both may read the optionals those prove present)."""
+    besides the check failed (so both may read the optionals those prove present). Called for each
+    rule in order: ``render`` then keeps what the rule proves for the later ones (``passed``)."""
     guards = ([strict_guard] if rule.strict else []) + ([render(rule.when)] if rule.when is not None else [])
     with render.assuming(rule.when):
         expr = render(rule.expr)
     with render.assuming(rule.when, failed=rule.expr):
         message = render.message(op_name, rule.message)
+    render.passed(rule)
     return {"let": False, "guard": " && ".join(guards), "expr": expr, "message": message, "warn": rule.warn}
 
 
@@ -71,14 +73,38 @@ class ExprRenderer:
         self.env = env
         self.symbolic = symbolic
         # Optionals known not to be None where the expression being rendered is evaluated (a
-        # rule's guard, the earlier terms of an `and`, a ternary's test): read directly, without
-        # value_of's test.
+        # rule's guard, the earlier terms of an `and`, a ternary's test, the earlier rules that
+        # passed): read directly, without value_of's test.
         self.present: frozenset[str] = frozenset()
+        # What earlier rules with a `when` proved present, by that `when`'s source: see passed().
+        self.present_when: dict[str, frozenset[str]] = {}
 
     def _learn(self, node: ast.expr | None, holds: bool) -> None:
-        """Add to ``present`` what ``node`` proves where it evaluates to ``holds``."""
-        if node is not None:
-            self.present |= proven_present(node) if holds else proven_present_if_false(node)
+        """Add to ``present`` what ``node`` proves where it evaluates to ``holds``: its own None
+        tests, and where it holds and is an earlier rule's `when`, what that rule proved."""
+        if node is None:
+            return
+        if holds:
+            self.present |= proven_present(node) | self.present_when.get(ast.unparse(node), frozenset())
+        else:
+            self.present |= proven_present_if_false(node)
+
+    def passed(self, rule: Check) -> None:
+        """Record that ``rule`` passed, for what is rendered after it. The binding and the kernel
+        checks both evaluate the rules in order, then the outputs, and stop at the first rule that
+        fails; so what follows may read what its check proves present: anywhere if it has no
+        `when`, else where that same `when` holds (it reads arguments and earlier lets, which do
+        not change, so it has the same value there as when the rule ran). A warn rule proves
+        nothing (it does not stop the call, and the binding skips it), nor does a strict one (it
+        runs only in strict mode)."""
+        if rule.warn or rule.strict:
+            return
+        proved = proven_present(rule.expr.tree)
+        if rule.when is None:
+            self.present |= proved
+        else:
+            when = ast.unparse(rule.when.tree)
+            self.present_when[when] = self.present_when.get(when, frozenset()) | proved
 
     @contextlib.contextmanager
     def _knowing(self, node: ast.expr | None, holds: bool) -> Iterator[None]:

@@ -22,9 +22,7 @@ def env_of(op: OpEntry) -> dict[str, str]:
     return env
 
 
-def _rules(op: OpEntry) -> list[dict[str, Any]]:
-    env = env_of(op)
-    render = cpp.ExprRenderer(env)
+def _rules(op: OpEntry, render: cpp.ExprRenderer) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for rule in op.rules:
         if isinstance(rule, Check):
@@ -56,7 +54,11 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
     args = cpp.binding_args(func)
     params = cpp.kernel_params(func, [o.name for o in op.outputs], [o.name for o in op.int_outputs],
                                random=op.random_when is not None)
+    # random_when runs in <op>_cpu, before plan_<op> checks the rules: it is rendered before them.
     render = cpp.ExprRenderer(env_of(op))
+    random_when = render(op.random_when) if op.random_when is not None else ""
+    # The outputs, after the rules, as in the kernel checks: they may read what the rules proved.
+    rules = _rules(op, render)
     outputs = [{"name": o.name, "shape": render(o.shape), "dtype": render(o.dtype)} for o in op.outputs]
     rng = ", uint64_t rng_seed, uint64_t rng_offset" if op.random_when is not None else ""
     has_tensor_input = any(E.kind_of_type(a.type) == E.TENSOR for a in func.arguments.flat_all)
@@ -69,10 +71,10 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
         # torch's not-implemented Autograd kernel makes backward through it raise "derivative for
         # <op> is not implemented" instead of the deprecated silent fallthrough.
         "no_derivative": has_tensor_input and op.autograd is None,
-        "rules": _rules(op),
+        "rules": rules,
         "outputs": outputs,
         "int_outputs": [o.name for o in op.int_outputs],
-        "random_when": render(op.random_when) if op.random_when is not None else "",
+        "random_when": random_when,
         "rng_params": rng,
         "rng_names": ", rng_seed, rng_offset" if rng else "",
         "params": params,

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from codegen.api import python as py
-from codegen.api.cpp import ExprRenderer
+from codegen.api.cpp import ExprRenderer, render_check
 from codegen.api.kernel import KernelExprRenderer
-from codegen.expr import ExprError, parse_expr
+from codegen.expr import ExprError, parse_expr, parse_message
+from codegen.model import Check, Location
 
 ENV = {"x": "Tensor", "w": "Tensor?", "size": "int[]", "n": "int"}
 
@@ -85,6 +86,63 @@ def test_shape_constructs_render(source: str, cpp: str, kernel: str, python: str
     assert ExprRenderer(ENV)(e) == cpp
     assert KernelExprRenderer(ENV)(e) == kernel
     assert py.render(e, ENV) == python
+
+
+def _checks(*rules: tuple[str, str | None], flag: str = "") -> list[Check]:
+    """Checks of (expr, when) pairs, each with the message `got {w.dim()}`; ``flag`` ("warn" or
+    "strict") marks the first."""
+    return [Check(parse_expr(expr, ENV), parse_message("got {w.dim()}", ENV), i == 0 and flag == "strict",
+                  parse_expr(when, ENV) if when is not None else None, Location("test.yaml", i + 1),
+                  i == 0 and flag == "warn") for i, (expr, when) in enumerate(rules)]
+
+
+def _rendered(checks: list[Check], field: str = "expr", then: str = "") -> list[tuple[str, str]]:
+    """Each check's ``field`` rendered by render_check in order, as the binding and the kernel
+    checks render them, then ``then`` as a let after them: a (binding, kernel API) pair each."""
+    pairs = []
+    for render in (ExprRenderer(ENV), KernelExprRenderer(ENV)):
+        texts = [render_check(render, "op", c, "strict()")[field] for c in checks]
+        pairs.append(texts + ([render(parse_expr(then, ENV))] if then else []))
+    return list(zip(*pairs))
+
+
+W = ("(*w).dim()", "op_plugin::check::dim(w)")  # w read directly
+W_VALUE_OF = ('op_plugin::value_of(w, "w").dim()', 'op_plugin::check::dim(op_plugin::check::value_of(w, "w"))')
+
+
+def _is_2d(w: tuple[str, str]) -> tuple[str, ...]:
+    return tuple(f"({x} == 2)" for x in w)
+
+
+def test_an_earlier_rule_proves_an_optional_present_for_the_later_ones() -> None:
+    """Past `w is not None` (the call stopped where it failed), a later check, its message and a
+    let read w directly."""
+    checks = _checks(("w is not None", None), ("w.dim() == 2", None))
+    assert _rendered(checks, then="w.dim()")[1:] == [_is_2d(W), W]
+    assert _rendered(checks, "message")[1] == (f'"op: ", "got ", op_plugin::fmt({W[0]})',
+                                               f'"got ", op_plugin::check::fmt({W[1]})')
+
+
+def test_an_earlier_rule_under_a_when_proves_only_where_that_when_holds() -> None:
+    """Under `when: n == 0`: a later rule with that same `when`, and the branch of a ternary that
+    tests it, read w directly; a rule with another `when` or none, and the other branch, keep value_of."""
+    checks = _checks(("w is not None and w.dim() > 0", "n == 0"), ("w.dim() == 2", "n == 0"),
+                     ("w.dim() == 2", "n == 1"), ("w.dim() == 2", None))
+    assert _rendered(checks, then="w.dim() if n == 0 else w.dim()")[1:] == [
+        _is_2d(W), _is_2d(W_VALUE_OF), _is_2d(W_VALUE_OF),
+        tuple(f"((n == 0) ? {direct} : {checked})" for direct, checked in zip(W, W_VALUE_OF))]
+
+
+def test_a_rule_proves_nothing_for_the_rules_before_it() -> None:
+    assert _rendered(_checks(("w.dim() == 2", None), ("w is not None", None)))[0] == _is_2d(W_VALUE_OF)
+
+
+@pytest.mark.parametrize("flag", ["warn", "strict"])
+def test_a_warn_or_strict_rule_proves_nothing(flag: str) -> None:
+    """A warn rule does not stop the call (and the binding skips it); a strict one runs only in
+    strict mode."""
+    checks = _checks(("w is not None", None), ("w.dim() == 2", None), flag=flag)
+    assert _rendered(checks)[1] == _is_2d(W_VALUE_OF)
 
 
 def test_symbolic_rendering_builds_symint_shapes() -> None:
