@@ -82,9 +82,10 @@ struct FusedFloydAttentionGradKernel {
     p->softmax_max = a.softmax_max.data; p->softmax_sum = a.softmax_sum.data; p->mask = floyd::mask_of(a.atten_mask);
     p->dq = a.dq.data; p->dk1 = a.dk1.data; p->dv1 = a.dv1.data; p->dk2 = a.dk2.data; p->dv2 = a.dv2.data;
     // Work exists when any output is non-empty: dQ (N, M), dK1/dV1 (N, K), dK2/dV2 (K, M).
+    p->chunk_blocks = floyd::fast::bwd_chunk_blocks(p->N, p->M, p->K);
     if (p->B * p->H * p->D > 0 && (p->N * p->M > 0 || p->N * p->K > 0 || p->K * p->M > 0))
-      floyd::reserve_slots(floyd::bwd_workspace(p->dtype, p->N, p->M, p->K, p->D), workspace, &p->threads,
-                           &p->scratch_bytes, &p->shared_bytes);
+      floyd::reserve_slots(floyd::bwd_workspace(p->dtype, p->N, p->M, p->K, p->D, p->chunk_blocks), workspace,
+                           &p->threads, &p->scratch_bytes, &p->shared_bytes);
     return OP_SUCCESS;
   }
 

@@ -82,6 +82,7 @@ struct BwdPlan {
   void* dv1;
   void* dk2;                 // [B,H,K,M,D]
   void* dv2;
+  int64_t chunk_blocks;      // AVX-512 path: n blocks whose P and dS are kept at once (fast::bwd_chunk_blocks)
   int threads;
   uint64_t scratch_bytes;
   uint64_t shared_bytes;
@@ -113,17 +114,21 @@ struct BwdScratch {
 // with Q / dY rows as the broadcast operand, against K/V slices packed once ("B along d":
 // [d/KP][k][KP]; "B along k": [k/KP][d][KP]; KP = 2 for bf16 pairs, 1 otherwise). K1/V1 slices of
 // an n block are packed per work unit, K2/V2 slices of a (b, h) once per (b, h) into the shared
-// region. The backward computes P and dS once per tile (10 GEMM-sized terms); dK2/dV2 sum over n
-// into kGroups fixed partial buffers (each owned by one work unit, n blocks in ascending order)
-// that are then added in group order: the result does not depend on the thread count.
+// region. The backward computes P and dS once per tile (S, dP and dQ: 6 GEMM-sized terms) and
+// keeps them, in the pair layout of an A operand, for the other 4: dK1/dV1 contract all M rows of
+// an n block at its end, dK2/dV2 all n rows of a chunk of n blocks (as many as fit
+// kScoreChunkBytes) after the chunk. Each is one deep GEMM with its accumulators in registers:
+// a contraction tile by tile (16 rows deep) moved its float accumulators through memory once per
+// 16 rows, and that, not arithmetic, bounded those terms (docs/benchmarks.md, 2026-12-03).
+// Every output element sums in an order fixed by the sizes: the result does not depend on the
+// thread count.
 // Sizes below are in 4-byte elements; every buffer is rounded to 16 elements (64 bytes).
 namespace fast {
 constexpr int64_t TN = 16;       // n rows of a tile
 constexpr int64_t TM = 16;       // m rows of a tile
 constexpr int64_t KB = 64;       // keys per block (row length of the logit tiles)
-constexpr int64_t kGroups = 2;   // dK2/dV2 partial buffers per (b, h)
 // Row strides padded by 64 bytes off a power of two, so that rows a GEMM walks down do not all
-// map to the same L1 sets: tile rows (LT floats), packed "B along d" rows, dK^T accumulator rows.
+// map to the same L1 sets: tile rows (LT floats), packed "B along d" rows, score buffer rows.
 constexpr int64_t LT = KB + 16;
 // The per-m loops (packing K2/V2, writing dK2/dV2 back) go parallel only in chunks of at least
 // this many elements: a parallel region costs microseconds, more than packing a decode-size slice.
@@ -136,7 +141,6 @@ inline int64_t ru(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 inline int64_t bd_elems(int64_t K, int64_t D) { return ru(D, 2) * (ru(K, 2) + 16); }  // one slice
 inline int64_t acc_ld(int64_t K) { return ru(K, 16) + 16; }
 inline int64_t buf(int64_t elems) { return ru(elems, 16); }
-inline int64_t groups(int64_t N) { const int64_t nb = ceil_div(N, TN); return nb < kGroups ? nb : kGroups; }
 // One (b, h): K2 and V2 packed ("B along d" for the logits, "B along k" for the output).
 inline int64_t fwd_shared(int64_t M, int64_t K, int64_t D) { return 2 * buf(M * bd_elems(K, D)); }
 inline int64_t fwd_slot(int64_t K, int64_t D) {
@@ -144,14 +148,30 @@ inline int64_t fwd_slot(int64_t K, int64_t D) {
   return 2 * buf(TN * bd_elems(K, D)) + 2 * buf(tile * ru(D, 2)) + 2 * buf(tile * LT) +
          buf(tile * ru(D, 16)) + 3 * buf(tile) + buf(TN * KB);
 }
-// K2 ("B along d"), V2 ("B along d"), K2 ("B along k"); dK2/dV2 partials [g][m][d][k].
-inline int64_t bwd_shared(int64_t N, int64_t M, int64_t K, int64_t D) {
-  return 3 * buf(M * bd_elems(K, D)) + 2 * groups(N) * buf(M * D * acc_ld(K));
+// The backward's chunk of n blocks: its P and dS, [m][n][acc_ld(K)] each, fit kScoreChunkBytes
+// (counted as 4-byte elements, as all sizes here), at least one block. 256 MiB holds N = M = K =
+// 256 in one chunk; the composite einsum materialises four such float tensors per head.
+constexpr int64_t kScoreChunkBytes = int64_t(256) << 20;
+inline int64_t bwd_chunk_blocks(int64_t N, int64_t M, int64_t K) {
+  const int64_t nNB = ceil_div(N, TN), per_block = 2 * M * TN * acc_ld(K) * 4;
+  const int64_t fit = per_block > 0 ? kScoreChunkBytes / per_block : nNB;
+  return fit < 1 ? 1 : (fit < nNB ? fit : (nNB > 0 ? nNB : 1));
 }
-inline int64_t bwd_slot(int64_t K, int64_t D) {
-  const int64_t tile = TN * TM;
-  return 3 * buf(TN * bd_elems(K, D)) + 8 * buf(tile * ru(D, 2)) + 8 * buf(tile * LT) +
-         buf(tile * ru(D, 16)) + 2 * buf(TN * D * acc_ld(K)) + 3 * buf(tile) + buf(TN * KB);
+// K2 ("B along d"), V2 ("B along d"), K2 ("B along k"); P and dS of a chunk; when N takes more
+// than one chunk, dK2/dV2 float accumulators [m][k][Dp].
+inline int64_t bwd_shared(int64_t N, int64_t M, int64_t K, int64_t D, int64_t NC) {
+  const int64_t chunked = NC < ceil_div(N, TN) ? 1 : 0;
+  return 3 * buf(M * bd_elems(K, D)) + 2 * buf(M * NC * TN * acc_ld(K)) + 2 * chunked * buf(M * K * ru(D, 16));
+}
+// The larger of the n-block pass (packs and tiles, P and dS of the block, B operand rows of one
+// n, dK1/dV1 of one n) and the dK2/dV2 pass (B operand rows of one m over a chunk, dK2/dV2 of one m).
+inline int64_t bwd_slot(int64_t M, int64_t K, int64_t D, int64_t NC) {
+  const int64_t tile = TN * TM, Mr = ru(M, 2), NCr = NC * TN, Dp = ru(D, 16);
+  const int64_t n_pass = 3 * buf(TN * bd_elems(K, D)) + 4 * buf(tile * ru(D, 2)) + 4 * buf(tile * LT) +
+                         buf(tile * Dp) + 3 * buf(tile) + buf(TN * KB) + 2 * buf(TN * Mr * acc_ld(K)) +
+                         2 * buf(Mr * D) + 2 * buf(K * Dp);
+  const int64_t m_pass = 2 * buf(NCr * D) + 2 * buf(K * Dp);
+  return n_pass > m_pass ? n_pass : m_pass;
 }
 }  // namespace fast
 
@@ -164,10 +184,14 @@ inline WorkspaceSizes fwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t
   const int64_t slot = FwdScratch::total(D) > fast::fwd_slot(K, D) ? FwdScratch::total(D) : fast::fwd_slot(K, D);
   return {round64(static_cast<uint64_t>(fast::fwd_shared(M, K, D)) * 4), round64(static_cast<uint64_t>(slot) * 4)};
 }
-inline WorkspaceSizes bwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D) {
+// chunk_blocks: the plan's (fast::bwd_chunk_blocks unless a test asks for smaller chunks).
+inline WorkspaceSizes bwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D,
+                                    int64_t chunk_blocks) {
   if (dt == OP_DT_DOUBLE) return {0, round64(static_cast<uint64_t>(BwdScratch::total(K, D)) * 8)};
-  const int64_t slot = BwdScratch::total(K, D) > fast::bwd_slot(K, D) ? BwdScratch::total(K, D) : fast::bwd_slot(K, D);
-  return {round64(static_cast<uint64_t>(fast::bwd_shared(N, M, K, D)) * 4), round64(static_cast<uint64_t>(slot) * 4)};
+  const int64_t fast_slot = fast::bwd_slot(M, K, D, chunk_blocks);
+  const int64_t slot = BwdScratch::total(K, D) > fast_slot ? BwdScratch::total(K, D) : fast_slot;
+  return {round64(static_cast<uint64_t>(fast::bwd_shared(N, M, K, D, chunk_blocks)) * 4),
+          round64(static_cast<uint64_t>(slot) * 4)};
 }
 
 // ---- Per-ISA entry points (floyd_attention_<isa>.cpp) ------------------------------------------
