@@ -1,6 +1,7 @@
 // Torch-free tests of FusedFloydAttention / FusedFloydAttentionGrad against a naive float64
 // reference written from the index formulas of SPEC §3; every ISA build the CPU has; bitwise
 // equality across thread counts; error statuses. Last line: "N passed, M failed".
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -225,14 +226,28 @@ Inputs make_inputs(const Problem& p, std::mt19937_64& rng) {
 
 struct Outputs { HostTensor mx, sm, o, dq, dk1, dv1, dk2, dv2; };
 
+// Output tensors and workspaces start as all-ones bytes (NaN in every floating type, as
+// torch.empty may hand out): an element the kernel leaves unwritten, or a workspace buffer it
+// reads before writing, fails the comparison with the reference.
+constexpr unsigned char kPoison = 0xFF;
+HostTensor make_output(opDataType dt, std::vector<int64_t> shape) {
+  HostTensor h = make(dt, std::move(shape));
+  std::fill(h.bytes.begin(), h.bytes.end(), kPoison);
+  return h;
+}
+void poison(Outputs& o) {
+  for (HostTensor* t : {&o.mx, &o.sm, &o.o, &o.dq, &o.dk1, &o.dv1, &o.dk2, &o.dv2})
+    std::fill(t->bytes.begin(), t->bytes.end(), kPoison);
+}
+
 opDataType stats_dt(opDataType dt) { return dt == OP_DT_DOUBLE ? OP_DT_DOUBLE : OP_DT_FLOAT; }
 
 // Runs both stages through the public API (the ISA active_isa() picks).
 bool run_api(const Problem& p, Inputs& in, Outputs& out) {
   const int64_t B = p.B, H = p.H, N = p.N, M = p.M, K = p.K, D = p.D;
-  out.mx = make(stats_dt(p.dt), {B, H, N, M, 8});
-  out.sm = make(stats_dt(p.dt), {B, H, N, M, 8});
-  out.o = make(p.dt, {B, H, N, M, D});
+  out.mx = make_output(stats_dt(p.dt), {B, H, N, M, 8});
+  out.sm = make_output(stats_dt(p.dt), {B, H, N, M, 8});
+  out.o = make_output(p.dt, {B, H, N, M, D});
   opTensor q = in.q.desc(), k1 = in.k1.desc(), v1 = in.v1.desc(), k2 = in.k2.desc(), v2 = in.v2.desc();
   opTensor mask = in.mask.desc(), mx = out.mx.desc(), sm = out.sm.desc(), o = out.o.desc();
   uint64_t ws = 0;
@@ -242,13 +257,13 @@ bool run_api(const Problem& p, Inputs& in, Outputs& out) {
     std::printf("  stage 1: %s\n", opGetLastErrorMessage());
     return false;
   }
-  std::vector<unsigned char> work(ws);
+  std::vector<unsigned char> work(ws, kPoison);
   if (FusedFloydAttention(work.data(), ws, ex, nullptr) != OP_SUCCESS) return false;
-  out.dq = make(p.dt, {B, H, N, M, D});
-  out.dk1 = make(p.dt, {B, H, N, K, D});
-  out.dv1 = make(p.dt, {B, H, N, K, D});
-  out.dk2 = make(p.dt, {B, H, K, M, D});
-  out.dv2 = make(p.dt, {B, H, K, M, D});
+  out.dq = make_output(p.dt, {B, H, N, M, D});
+  out.dk1 = make_output(p.dt, {B, H, N, K, D});
+  out.dv1 = make_output(p.dt, {B, H, N, K, D});
+  out.dk2 = make_output(p.dt, {B, H, K, M, D});
+  out.dv2 = make_output(p.dt, {B, H, K, M, D});
   opTensor dy = in.dy.desc(), dq = out.dq.desc(), dk1 = out.dk1.desc(), dv1 = out.dv1.desc();
   opTensor dk2 = out.dk2.desc(), dv2 = out.dv2.desc();
   if (FusedFloydAttentionGradGetWorkspaceSize(&dy, &q, &k1, &v1, &k2, &v2, &o, &mx, &sm,
@@ -257,12 +272,13 @@ bool run_api(const Problem& p, Inputs& in, Outputs& out) {
     std::printf("  grad stage 1: %s\n", opGetLastErrorMessage());
     return false;
   }
-  work.assign(ws, 0);
+  work.assign(ws, kPoison);
   return FusedFloydAttentionGrad(work.data(), ws, ex, nullptr) == OP_SUCCESS;
 }
 
-// Runs one ISA build directly with a hand-made plan (same plan stage 1 would make).
-void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out) {
+// Runs one ISA build directly with a hand-made plan (the plan stage 1 would make; chunk_blocks > 0
+// asks the AVX-512 backward for chunks of that many n blocks instead of its own choice).
+void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out, int64_t chunk_blocks = 0) {
   floyd::FwdPlan f{};
   f.dtype = p.dt; f.B = p.B; f.H = p.H; f.N = p.N; f.M = p.M; f.K = p.K; f.D = p.D; f.scale = p.scale;
   f.q = in.q.bytes.data(); f.k1 = in.k1.bytes.data(); f.v1 = in.v1.bytes.data();
@@ -274,7 +290,8 @@ void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out) {
   f.scratch_bytes = fs.slot;
   f.shared_bytes = fs.shared;
   // 64-byte aligned base, as the workspace the API hands out.
-  std::vector<unsigned char> ws(f.shared_bytes + f.scratch_bytes * f.threads + 64);
+  poison(out);
+  std::vector<unsigned char> ws(f.shared_bytes + f.scratch_bytes * f.threads + 64, kPoison);
   auto aligned = [](std::vector<unsigned char>& v) {
     return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(v.data()) + 63) / 64 * 64);
   };
@@ -288,10 +305,11 @@ void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out) {
   g.dq = out.dq.bytes.data(); g.dk1 = out.dk1.bytes.data(); g.dv1 = out.dv1.bytes.data();
   g.dk2 = out.dk2.bytes.data(); g.dv2 = out.dv2.bytes.data();
   g.threads = g_threads;
-  const floyd::WorkspaceSizes bs = floyd::bwd_workspace(p.dt, p.N, p.M, p.K, p.D);
+  g.chunk_blocks = chunk_blocks > 0 ? chunk_blocks : floyd::fast::bwd_chunk_blocks(p.N, p.M, p.K);
+  const floyd::WorkspaceSizes bs = floyd::bwd_workspace(p.dt, p.N, p.M, p.K, p.D, g.chunk_blocks);
   g.scratch_bytes = bs.slot;
   g.shared_bytes = bs.shared;
-  ws.assign(g.shared_bytes + g.scratch_bytes * g.threads + 64, 0);
+  ws.assign(g.shared_bytes + g.scratch_bytes * g.threads + 64, kPoison);
   bwd(g, aligned(ws));
 }
 
@@ -373,10 +391,11 @@ void correctness() {
       {2, 1, 7, 5, 40, 32, 0.125, OP_DT_FLOAT16, 0},
       {1, 2, 17, 9, 65, 7, 0.4, OP_DT_DOUBLE, 2},
       {2, 1, 4, 18, 12, 16, 1.0, OP_DT_DOUBLE, 0},
-      // Several n blocks per backward work group (5 blocks of 16 rows in 2 groups, the last one
-      // ragged), for each of the AVX-512 backward's dK/dV layouts: bf16 pairs; float "kd"; float
-      // transposed (D*Kc < K*Dp); float read in place, kd and not; float16.
+      // Several n blocks (up to 5 of 16 rows, the last one ragged, odd row counts for the bf16
+      // pairs), which the AVX-512 backward also runs in chunks of 1 and 2 blocks below: bf16
+      // pairs; float with Q / dY read in place (slices of at most 32 KiB) and packed; float16.
       {1, 1, 71, 18, 66, 19, 0.2, OP_DT_BF16, 2},
+      {1, 1, 37, 17, 33, 24, 0.3, OP_DT_BF16, 1},
       {1, 2, 65, 9, 65, 24, 0.25, OP_DT_FLOAT, 2},
       {1, 1, 71, 17, 130, 19, 0.3, OP_DT_FLOAT, 1},
       {1, 1, 50, 4, 8, 8, 0.5, OP_DT_FLOAT, 0},
@@ -415,6 +434,18 @@ void correctness() {
       set_threads(2);
       run_isa(isa, p, in, o2);
       check(same_bytes(o1, o2), std::string(nm) + " 1 vs 2 threads bitwise " + describe(p));
+      // dK2/dV2 summed over several chunks of n blocks (a chunk's P and dS must fit 256 MiB, so
+      // only very large M*K chunk on their own).
+      for (int64_t chunk = 1; isa == 2 && chunk <= 2 && chunk < floyd::ceil_div(p.N, floyd::fast::TN); ++chunk) {
+        const std::string tag = std::string(nm) + " chunks of " + std::to_string(chunk) + " n blocks";
+        Outputs c1 = api1, c2 = api1;
+        set_threads(1);
+        run_isa(isa, p, in, c1, chunk);
+        compare(p, in, c1, tag);
+        set_threads(3);
+        run_isa(isa, p, in, c2, chunk);
+        check(same_bytes(c1, c2), tag + ", 1 vs 3 threads bitwise " + describe(p));
+      }
     }
   }
   set_threads(1);
@@ -550,7 +581,7 @@ void errors() {
 }
 
 void empty_shapes() {
-  // K = 0: out = 0, stats (-inf, 0), all grads 0; N = 0: nothing to do.
+  // K = 0: out = 0, stats (-inf, 0), all grads 0; N = 0: dK2 / dV2 = 0.
   Problem p{1, 1, 2, 3, 0, 4, 1.0, OP_DT_FLOAT, 0};
   std::mt19937_64 rng(5);
   Inputs in = make_inputs(p, rng);
@@ -567,6 +598,18 @@ void empty_shapes() {
   zero = true;
   for (double v : values(out2.dk2)) zero = zero && v == 0;
   check(zero, "N = 0: dk2 = 0");
+  // M = 0: dK1 / dV1 are sums over no m rows (the kernels write them; outputs start as NaN).
+  Problem p3{1, 1, 3, 0, 5, 4, 1.0, OP_DT_FLOAT, 0};
+  for (opDataType dt : {OP_DT_FLOAT, OP_DT_BF16, OP_DT_DOUBLE}) {
+    p3.dt = dt;
+    Inputs in3 = make_inputs(p3, rng);
+    Outputs out3;
+    check(run_api(p3, in3, out3), "M = 0 runs");
+    zero = true;
+    for (double v : values(out3.dk1)) zero = zero && v == 0;
+    for (double v : values(out3.dv1)) zero = zero && v == 0;
+    check(zero, "M = 0: dk1 = dv1 = 0 " + describe(p3));
+  }
 }
 
 }  // namespace
