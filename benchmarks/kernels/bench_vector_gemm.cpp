@@ -79,11 +79,16 @@ int main() {
       {"S, dP     (16 x 64, depth 64)", 16, 64, 64, 64, 2, 528, 80},
       // dK1^T / dV1^T: rows d, keys, depth m; A = Q^T [d][16], B = paired dS rows (2*LT).
       {"dK1, dV1  (64 x 64, depth 16)", 64, 64, 16, 16, 2, 160, 272},
+      {"dK deep   (256 x 64, depth 256)", 256, 64, 256, 2, 544, 128, 64},
+      {"dK deep   (256 x 64, depth 128)", 256, 64, 128, 2, 544, 128, 64},
+      {"dK deep   (256 x 64, depth 64)", 256, 64, 64, 2, 544, 128, 64},
   };
   const Shape fp32[] = {
       {"S, dP     (16 x 64, depth 64)", 16, 64, 64, 64, 1, 272, 80},
       // float dK (kd layout): rows k, d, depth m; A = dS^T (k stride 1, m stride LT), B = Q rows.
       {"dK1, dV1  (64 x 64, depth 16)", 64, 64, 16, 1, 80, 64, 64},
+      {"dK deep   (256 x 64, depth 256)", 256, 64, 256, 1, 272, 64, 64},
+      {"dK deep   (256 x 64, depth 128)", 256, 64, 128, 1, 272, 64, 64},
   };
   const int64_t tile_step = 4400000, partials = 2 * 17800000;
   std::printf("ISA %s, one thread; GFLOP/s of gemm<Ops>, C hot in L1 / streamed over 4.4 MB / over 35.6 MB\n",
