@@ -20,6 +20,15 @@ class WorkspaceLayout {
   uint64_t size_ = 0;
 };
 
+// The workspace base rounded up to a cache line (stage 1 reserves kAlignment bytes more): every
+// region of the layout is then 64-byte aligned whatever the caller's allocator gives (malloc
+// gives 16). Tile loads of rows that straddle cache lines run at half speed, and streaming
+// (non-temporal) stores need aligned addresses. Stage 2 finds every offset from it.
+inline void* align_workspace(void* ws) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ws);
+  return reinterpret_cast<void*>((a + WorkspaceLayout::kAlignment - 1) & ~static_cast<uintptr_t>(WorkspaceLayout::kAlignment - 1));
+}
+
 template <class T>
 T* workspace_at(void* workspace, uint64_t offset) {
   return reinterpret_cast<T*>(static_cast<char*>(workspace) + offset);

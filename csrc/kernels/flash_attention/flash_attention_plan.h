@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/flash_attention/flash_attention_params.h"
+#include "op_plugin/workspace.h"
 
 namespace op_plugin {
 namespace flash {
@@ -135,13 +136,8 @@ struct Kernels {
 };
 const Kernels& kernels();
 
-// The workspace base rounded up to a cache line (the plan asks for one line more): every region
-// of the layout is then 64-byte aligned whatever the caller's allocator gives (tile loads of
-// rows that straddle cache lines run at half speed). Stage 2 finds every offset from it.
-inline void* align_workspace(void* ws) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(ws);
-  return reinterpret_cast<void*>((a + 63) & ~static_cast<uintptr_t>(63));
-}
+// The workspace base rounded up to a cache line (the plan asks for one line more).
+using op_plugin::align_workspace;
 
 // Arrays the plan points into, owned by the executor.
 struct PlanStorage {

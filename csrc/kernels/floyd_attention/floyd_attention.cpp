@@ -1,8 +1,9 @@
 // Fused Floyd attention on the generated stage functions (op_plugin/ops/<op>_stages.inc: the
 // registry's checks, descriptor capture, the executor and dtype dispatch). Stage 1 freezes a
-// plan (FwdPlan / BwdPlan) and reserves the shared region and one scratch slot per thread;
-// stage 2 runs the plan through the ISA build chosen by op_plugin::active_isa() (float64 always
-// runs the portable build).
+// plan (FwdPlan / BwdPlan) and reserves the shared region, one scratch slot per thread and a
+// cache line to align the caller's base (every region is 64-byte aligned in stage 2); stage 2
+// runs the plan through the ISA build chosen by op_plugin::active_isa() (float64 always runs
+// the portable build).
 #include "floyd_attention.h"
 #include "op_plugin/op_api.h"
 #include "op_plugin/ops/fused_floyd_attention.h"
@@ -20,6 +21,7 @@ void reserve_slots(const WorkspaceSizes& ws, WorkspaceLayout* layout, int* threa
   *shared = ws.shared;
   if (ws.shared > 0) layout->reserve(ws.shared);
   for (int t = 0; t < *threads; ++t) layout->reserve(ws.slot);
+  layout->reserve(WorkspaceLayout::kAlignment);  // stage 2 aligns the caller's base (align_workspace)
 }
 
 opStatus check_threads(const char* op, int planned) {
@@ -65,6 +67,7 @@ struct FusedFloydAttentionKernel {
     if (p.threads == 0) return OP_SUCCESS;
     OP_TRY(floyd::check_threads("FusedFloydAttention", p.threads));
     const Isa isa = active_isa();
+    workspace = align_workspace(workspace);
     if (p.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) floyd::baseline::forward(p, workspace);
     else if (isa == Isa::kAvx2) floyd::avx2::forward(p, workspace);
     else floyd::avx512::forward(p, workspace);
@@ -82,7 +85,7 @@ struct FusedFloydAttentionGradKernel {
     p->softmax_max = a.softmax_max.data; p->softmax_sum = a.softmax_sum.data; p->mask = floyd::mask_of(a.atten_mask);
     p->dq = a.dq.data; p->dk1 = a.dk1.data; p->dv1 = a.dv1.data; p->dk2 = a.dk2.data; p->dv2 = a.dv2.data;
     // Work exists when any output is non-empty: dQ (N, M), dK1/dV1 (N, K), dK2/dV2 (K, M).
-    p->chunk_blocks = floyd::fast::bwd_chunk_blocks(p->N, p->M, p->K);
+    p->chunk_blocks = floyd::fast::bwd_chunk_blocks(p->N, p->M, p->K, floyd::fast::operand_bytes(p->dtype));
     if (p->B * p->H * p->D > 0 && (p->N * p->M > 0 || p->N * p->K > 0 || p->K * p->M > 0))
       floyd::reserve_slots(floyd::bwd_workspace(p->dtype, p->N, p->M, p->K, p->D, p->chunk_blocks), workspace,
                            &p->threads, &p->scratch_bytes, &p->shared_bytes);
@@ -94,6 +97,7 @@ struct FusedFloydAttentionGradKernel {
     if (p.threads == 0) return OP_SUCCESS;
     OP_TRY(floyd::check_threads("FusedFloydAttentionGrad", p.threads));
     const Isa isa = active_isa();
+    workspace = align_workspace(workspace);
     if (p.dtype == OP_DT_DOUBLE || isa == Isa::kBaseline) floyd::baseline::backward(p, workspace);
     else if (isa == Isa::kAvx2) floyd::avx2::backward(p, workspace);
     else floyd::avx512::backward(p, workspace);

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "op_plugin/isa.h"
 #include "op_plugin/tensor.h"
 
 namespace op_plugin {
@@ -122,7 +123,8 @@ struct BwdScratch {
 // 16 rows, and that, not arithmetic, bounded those terms (docs/benchmarks.md, 2026-12-03).
 // Every output element sums in an order fixed by the sizes: the result does not depend on the
 // thread count.
-// Sizes below are in 4-byte elements; every buffer is rounded to 16 elements (64 bytes).
+// Sizes below are in 4-byte elements; every buffer is rounded to 16 elements (64 bytes). The
+// backward's P and dS buffers hold GEMM operand elements of `eb` bytes (operand_bytes).
 namespace fast {
 constexpr int64_t TN = 16;       // n rows of a tile
 constexpr int64_t TM = 16;       // m rows of a tile
@@ -141,6 +143,12 @@ inline int64_t ru(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 inline int64_t bd_elems(int64_t K, int64_t D) { return ru(D, 2) * (ru(K, 2) + 16); }  // one slice
 inline int64_t acc_ld(int64_t K) { return ru(K, 16) + 16; }
 inline int64_t buf(int64_t elems) { return ru(elems, 16); }
+// Bytes of a GEMM operand element: bf16 pairs (vdpbf16ps) where the ISA level has them, else float.
+// Stage 1 sizes the workspace and stage 2 picks the kernel with it.
+inline int64_t operand_bytes(opDataType dt) {
+  return dt == OP_DT_BF16 && active_isa() >= Isa::kAvx512Bf16 ? 2 : 4;
+}
+inline int64_t elems4(int64_t count, int64_t eb) { return (count * eb + 3) / 4; }  // in 4-byte elements
 // One (b, h): K2 and V2 packed ("B along d" for the logits, "B along k" for the output).
 inline int64_t fwd_shared(int64_t M, int64_t K, int64_t D) { return 2 * buf(M * bd_elems(K, D)); }
 inline int64_t fwd_slot(int64_t K, int64_t D) {
@@ -148,27 +156,28 @@ inline int64_t fwd_slot(int64_t K, int64_t D) {
   return 2 * buf(TN * bd_elems(K, D)) + 2 * buf(tile * ru(D, 2)) + 2 * buf(tile * LT) +
          buf(tile * ru(D, 16)) + 3 * buf(tile) + buf(TN * KB);
 }
-// The backward's chunk of n blocks: its P and dS, [m][n][acc_ld(K)] each, fit kScoreChunkBytes
-// (counted as 4-byte elements, as all sizes here), at least one block. 256 MiB holds N = M = K =
+// The backward's chunk of n blocks: its P and dS, [m][n][acc_ld(K)] each, fit kScoreChunkBytes,
+// at least one block. 256 MiB holds N = M = K =
 // 256 in one chunk; the composite einsum materialises four such float tensors per head.
 constexpr int64_t kScoreChunkBytes = int64_t(256) << 20;
-inline int64_t bwd_chunk_blocks(int64_t N, int64_t M, int64_t K) {
-  const int64_t nNB = ceil_div(N, TN), per_block = 2 * M * TN * acc_ld(K) * 4;
+inline int64_t bwd_chunk_blocks(int64_t N, int64_t M, int64_t K, int64_t eb) {
+  const int64_t nNB = ceil_div(N, TN), per_block = 2 * M * TN * acc_ld(K) * eb;
   const int64_t fit = per_block > 0 ? kScoreChunkBytes / per_block : nNB;
   return fit < 1 ? 1 : (fit < nNB ? fit : (nNB > 0 ? nNB : 1));
 }
 // K2 ("B along d"), V2 ("B along d"), K2 ("B along k"); P and dS of a chunk; when N takes more
 // than one chunk, dK2/dV2 float accumulators [m][k][Dp].
-inline int64_t bwd_shared(int64_t N, int64_t M, int64_t K, int64_t D, int64_t NC) {
+inline int64_t bwd_shared(int64_t N, int64_t M, int64_t K, int64_t D, int64_t NC, int64_t eb) {
   const int64_t chunked = NC < ceil_div(N, TN) ? 1 : 0;
-  return 3 * buf(M * bd_elems(K, D)) + 2 * buf(M * NC * TN * acc_ld(K)) + 2 * chunked * buf(M * K * ru(D, 16));
+  return 3 * buf(M * bd_elems(K, D)) + 2 * buf(elems4(M * NC * TN * acc_ld(K), eb)) +
+         2 * chunked * buf(M * K * ru(D, 16));
 }
 // The larger of the n-block pass (packs and tiles, P and dS of the block, B operand rows of one
 // n, dK1/dV1 of one n) and the dK2/dV2 pass (B operand rows of one m over a chunk, dK2/dV2 of one m).
-inline int64_t bwd_slot(int64_t M, int64_t K, int64_t D, int64_t NC) {
+inline int64_t bwd_slot(int64_t M, int64_t K, int64_t D, int64_t NC, int64_t eb) {
   const int64_t tile = TN * TM, Mr = ru(M, 2), NCr = NC * TN, Dp = ru(D, 16);
   const int64_t n_pass = 3 * buf(TN * bd_elems(K, D)) + 4 * buf(tile * ru(D, 2)) + 4 * buf(tile * LT) +
-                         buf(tile * Dp) + 3 * buf(tile) + buf(TN * KB) + 2 * buf(TN * Mr * acc_ld(K)) +
+                         buf(tile * Dp) + 3 * buf(tile) + buf(TN * KB) + 2 * buf(elems4(TN * Mr * acc_ld(K), eb)) +
                          2 * buf(Mr * D) + 2 * buf(K * Dp);
   const int64_t m_pass = 2 * buf(NCr * D) + 2 * buf(K * Dp);
   return n_pass > m_pass ? n_pass : m_pass;
@@ -188,9 +197,10 @@ inline WorkspaceSizes fwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t
 inline WorkspaceSizes bwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D,
                                     int64_t chunk_blocks) {
   if (dt == OP_DT_DOUBLE) return {0, round64(static_cast<uint64_t>(BwdScratch::total(K, D)) * 8)};
-  const int64_t fast_slot = fast::bwd_slot(M, K, D, chunk_blocks);
+  const int64_t eb = fast::operand_bytes(dt);
+  const int64_t fast_slot = fast::bwd_slot(M, K, D, chunk_blocks, eb);
   const int64_t slot = BwdScratch::total(K, D) > fast_slot ? BwdScratch::total(K, D) : fast_slot;
-  return {round64(static_cast<uint64_t>(fast::bwd_shared(N, M, K, D, chunk_blocks)) * 4),
+  return {round64(static_cast<uint64_t>(fast::bwd_shared(N, M, K, D, chunk_blocks, eb)) * 4),
           round64(static_cast<uint64_t>(slot) * 4)};
 }
 

@@ -79,7 +79,7 @@ void forward(const FwdPlan& plan, void* workspace) {
     case OP_DT_FLOAT: fastk::forward_fast<float, isa_avx512::Ops512F>(plan, workspace); break;
     case OP_DT_FLOAT16: fastk::forward_fast<F16, isa_avx512::Ops512F>(plan, workspace); break;
     case OP_DT_BF16:
-      if (active_isa() >= Isa::kAvx512Bf16) fastk::forward_fast<BF16, isa_avx512::Ops512Bf16>(plan, workspace);
+      if (fast::operand_bytes(plan.dtype) == 2) fastk::forward_fast<BF16, isa_avx512::Ops512Bf16>(plan, workspace);
       else fastk::forward_fast<BF16, isa_avx512::Ops512F>(plan, workspace);
       break;
     default: break;  // float64 runs in the baseline build
@@ -91,7 +91,7 @@ void backward(const BwdPlan& plan, void* workspace) {
     case OP_DT_FLOAT: fastk::backward_fast<float, isa_avx512::Ops512F>(plan, workspace); break;
     case OP_DT_FLOAT16: fastk::backward_fast<F16, isa_avx512::Ops512F>(plan, workspace); break;
     case OP_DT_BF16:
-      if (active_isa() >= Isa::kAvx512Bf16) fastk::backward_fast<BF16, isa_avx512::Ops512Bf16>(plan, workspace);
+      if (fast::operand_bytes(plan.dtype) == 2) fastk::backward_fast<BF16, isa_avx512::Ops512Bf16>(plan, workspace);
       else fastk::backward_fast<BF16, isa_avx512::Ops512F>(plan, workspace);
       break;
     default: break;
