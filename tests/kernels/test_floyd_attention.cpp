@@ -257,8 +257,13 @@ bool run_api(const Problem& p, Inputs& in, Outputs& out) {
     std::printf("  stage 1: %s\n", opGetLastErrorMessage());
     return false;
   }
-  std::vector<unsigned char> work(ws, kPoison);
-  if (FusedFloydAttention(work.data(), ws, ex, nullptr) != OP_SUCCESS) return false;
+  // The workspace starts 16 bytes past a cache line (as malloc memory may): stage 2 must align it
+  // itself within the size stage 1 reported (its streaming stores fault on unaligned addresses).
+  std::vector<unsigned char> work(ws + 64, kPoison);
+  const auto misaligned = [](std::vector<unsigned char>& v) {
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(v.data()) + 63) / 64 * 64 + 16);
+  };
+  if (FusedFloydAttention(misaligned(work), ws, ex, nullptr) != OP_SUCCESS) return false;
   out.dq = make_output(p.dt, {B, H, N, M, D});
   out.dk1 = make_output(p.dt, {B, H, N, K, D});
   out.dv1 = make_output(p.dt, {B, H, N, K, D});
@@ -272,8 +277,8 @@ bool run_api(const Problem& p, Inputs& in, Outputs& out) {
     std::printf("  grad stage 1: %s\n", opGetLastErrorMessage());
     return false;
   }
-  work.assign(ws, kPoison);
-  return FusedFloydAttentionGrad(work.data(), ws, ex, nullptr) == OP_SUCCESS;
+  work.assign(ws + 64, kPoison);
+  return FusedFloydAttentionGrad(misaligned(work), ws, ex, nullptr) == OP_SUCCESS;
 }
 
 // Runs one ISA build directly with a hand-made plan (the plan stage 1 would make; chunk_blocks > 0
