@@ -406,6 +406,9 @@ void correctness() {
       {1, 1, 50, 4, 8, 8, 0.5, OP_DT_FLOAT, 0},
       {1, 1, 49, 3, 40, 3, 0.5, OP_DT_FLOAT, 1},
       {1, 1, 71, 18, 66, 19, 0.2, OP_DT_FLOAT16, 0},
+      // Many key blocks (200, 257 keys: a ragged last block) over several m blocks, bf16 and float16.
+      {1, 1, 20, 35, 200, 24, 0.2, OP_DT_BF16, 1},
+      {1, 2, 17, 33, 257, 16, 0.15, OP_DT_FLOAT16, 2},
   };
   // Random small shapes.
   std::uniform_int_distribution<int> small(1, 20), keys(1, 70), dims(1, 20);
