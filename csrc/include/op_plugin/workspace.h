@@ -25,8 +25,8 @@ class WorkspaceLayout {
 // gives 16). Tile loads of rows that straddle cache lines run at half speed, and streaming
 // (non-temporal) stores need aligned addresses. Stage 2 finds every offset from it.
 inline void* align_workspace(void* ws) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(ws);
-  return reinterpret_cast<void*>((a + WorkspaceLayout::kAlignment - 1) & ~static_cast<uintptr_t>(WorkspaceLayout::kAlignment - 1));
+  constexpr uintptr_t kLine = WorkspaceLayout::kAlignment;
+  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws) + kLine - 1) & ~(kLine - 1));
 }
 
 template <class T>

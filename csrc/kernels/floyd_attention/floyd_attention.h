@@ -157,8 +157,8 @@ inline int64_t fwd_slot(int64_t K, int64_t D) {
          buf(tile * ru(D, 16)) + 3 * buf(tile) + buf(TN * KB);
 }
 // The backward's chunk of n blocks: its P and dS, [m][n][acc_ld(K)] each, fit kScoreChunkBytes,
-// at least one block. 256 MiB holds N = M = K =
-// 256 in one chunk; the composite einsum materialises four such float tensors per head.
+// at least one block. 256 MiB holds N = M = K = 256 in one chunk (even in float32); the
+// composite einsum materialises four such float tensors per head.
 constexpr int64_t kScoreChunkBytes = int64_t(256) << 20;
 inline int64_t bwd_chunk_blocks(int64_t N, int64_t M, int64_t K, int64_t eb) {
   const int64_t nNB = ceil_div(N, TN), per_block = 2 * M * TN * acc_ld(K) * eb;
