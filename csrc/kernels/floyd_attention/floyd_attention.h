@@ -124,7 +124,8 @@ struct BwdScratch {
 // Every output element sums in an order fixed by the sizes: the result does not depend on the
 // thread count.
 // Sizes below are in 4-byte elements; every buffer is rounded to 16 elements (64 bytes). The
-// backward's P and dS buffers hold GEMM operand elements of `eb` bytes (operand_bytes).
+// shared packs and the backward's P and dS buffers hold GEMM operand elements of `eb` bytes
+// (operand_bytes); the per-thread slots count every element as 4 bytes.
 namespace fast {
 constexpr int64_t TN = 16;       // n rows of a tile
 constexpr int64_t TM = 16;       // m rows of a tile
@@ -150,7 +151,9 @@ inline int64_t operand_bytes(opDataType dt) {
 }
 inline int64_t elems4(int64_t count, int64_t eb) { return (count * eb + 3) / 4; }  // in 4-byte elements
 // One (b, h): K2 and V2 packed ("B along d" for the logits, "B along k" for the output).
-inline int64_t fwd_shared(int64_t M, int64_t K, int64_t D) { return 2 * buf(M * bd_elems(K, D)); }
+inline int64_t fwd_shared(int64_t M, int64_t K, int64_t D, int64_t eb) {
+  return 2 * buf(elems4(M * bd_elems(K, D), eb));
+}
 inline int64_t fwd_slot(int64_t K, int64_t D) {
   const int64_t tile = TN * TM;
   return 2 * buf(TN * bd_elems(K, D)) + 2 * buf(tile * ru(D, 2)) + 2 * buf(tile * LT) +
@@ -169,7 +172,7 @@ inline int64_t bwd_chunk_blocks(int64_t N, int64_t M, int64_t K, int64_t eb) {
 // than one chunk, dK2/dV2 float accumulators [m][k][Dp].
 inline int64_t bwd_shared(int64_t N, int64_t M, int64_t K, int64_t D, int64_t NC, int64_t eb) {
   const int64_t chunked = NC < ceil_div(N, TN) ? 1 : 0;
-  return 3 * buf(M * bd_elems(K, D)) + 2 * buf(elems4(M * NC * TN * acc_ld(K), eb)) +
+  return 3 * buf(elems4(M * bd_elems(K, D), eb)) + 2 * buf(elems4(M * NC * TN * acc_ld(K), eb)) +
          2 * chunked * buf(M * K * ru(D, 16));
 }
 // The larger of the n-block pass (packs and tiles, P and dS of the block, B operand rows of one
@@ -191,7 +194,8 @@ inline WorkspaceSizes fwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t
   (void)N;
   if (dt == OP_DT_DOUBLE) return {0, round64(static_cast<uint64_t>(FwdScratch::total(D)) * 8)};
   const int64_t slot = FwdScratch::total(D) > fast::fwd_slot(K, D) ? FwdScratch::total(D) : fast::fwd_slot(K, D);
-  return {round64(static_cast<uint64_t>(fast::fwd_shared(M, K, D)) * 4), round64(static_cast<uint64_t>(slot) * 4)};
+  return {round64(static_cast<uint64_t>(fast::fwd_shared(M, K, D, fast::operand_bytes(dt))) * 4),
+          round64(static_cast<uint64_t>(slot) * 4)};
 }
 // chunk_blocks: the plan's (fast::bwd_chunk_blocks unless a test asks for smaller chunks).
 inline WorkspaceSizes bwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D,
