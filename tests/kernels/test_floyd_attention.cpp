@@ -310,7 +310,8 @@ void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out, int64_t chunk_
   g.dq = out.dq.bytes.data(); g.dk1 = out.dk1.bytes.data(); g.dv1 = out.dv1.bytes.data();
   g.dk2 = out.dk2.bytes.data(); g.dv2 = out.dv2.bytes.data();
   g.threads = g_threads;
-  g.chunk_blocks = chunk_blocks > 0 ? chunk_blocks : floyd::fast::bwd_chunk_blocks(p.N, p.M, p.K, floyd::fast::operand_bytes(p.dt));
+  g.chunk_blocks = chunk_blocks > 0 ? chunk_blocks
+                                    : floyd::fast::bwd_chunk_blocks(p.N, p.M, p.K, floyd::fast::operand_bytes(p.dt));
   const floyd::WorkspaceSizes bs = floyd::bwd_workspace(p.dt, p.N, p.M, p.K, p.D, g.chunk_blocks);
   g.scratch_bytes = bs.slot;
   g.shared_bytes = bs.shared;
