@@ -8,7 +8,7 @@
 // docs/benchmarks.md (2026-12-04) reads these figures: each piece alone runs near the hot rate
 // of the micro-kernel, the whole step falls as K grows (the live set per core, not the GEMM).
 //
-// Build and run: bash benchmarks/kernels/bench_floyd_tile_step.sh
+// Build and run: bash benchmarks/kernels/bench_vector_gemm.sh bench_floyd_tile_step
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
