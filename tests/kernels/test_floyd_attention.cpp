@@ -282,7 +282,7 @@ bool run_api(const Problem& p, Inputs& in, Outputs& out) {
 }
 
 // Runs one ISA build directly with a hand-made plan (the plan stage 1 would make; chunk_blocks > 0
-// asks the AVX-512 backward for chunks of that many n blocks instead of its own choice).
+// asks the backward for chunks of that many n blocks instead of its own choice).
 void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out, int64_t chunk_blocks = 0) {
   floyd::FwdPlan f{};
   f.dtype = p.dt; f.B = p.B; f.H = p.H; f.N = p.N; f.M = p.M; f.K = p.K; f.D = p.D; f.scale = p.scale;
@@ -291,7 +291,9 @@ void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out, int64_t chunk_
   f.mask = in.has_mask ? in.mask.bytes.data() : nullptr;
   f.softmax_max = out.mx.bytes.data(); f.softmax_sum = out.sm.bytes.data(); f.out = out.o.bytes.data();
   f.threads = g_threads;
-  const floyd::WorkspaceSizes fs = floyd::fwd_workspace(p.dt, p.N, p.M, p.K, p.D);
+  // The workspace of the build that runs (bf16 operands are pairs only in the AVX-512 build).
+  const Isa level = isa == 0 ? Isa::kBaseline : isa == 1 ? Isa::kAvx2 : active_isa();
+  const floyd::WorkspaceSizes fs = floyd::fwd_workspace(p.dt, p.N, p.M, p.K, p.D, level);
   f.scratch_bytes = fs.slot;
   f.shared_bytes = fs.shared;
   // 64-byte aligned base, as the workspace the API hands out.
@@ -311,8 +313,8 @@ void run_isa(int isa, const Problem& p, Inputs& in, Outputs& out, int64_t chunk_
   g.dk2 = out.dk2.bytes.data(); g.dv2 = out.dv2.bytes.data();
   g.threads = g_threads;
   g.chunk_blocks = chunk_blocks > 0 ? chunk_blocks
-                                    : floyd::fast::bwd_chunk_blocks(p.N, p.M, p.K, floyd::fast::operand_bytes(p.dt));
-  const floyd::WorkspaceSizes bs = floyd::bwd_workspace(p.dt, p.N, p.M, p.K, p.D, g.chunk_blocks);
+                                    : floyd::fast::bwd_chunk_blocks(p.N, p.M, p.K, floyd::fast::operand_bytes(p.dt, level));
+  const floyd::WorkspaceSizes bs = floyd::bwd_workspace(p.dt, p.N, p.M, p.K, p.D, g.chunk_blocks, level);
   g.scratch_bytes = bs.slot;
   g.shared_bytes = bs.shared;
   ws.assign(g.shared_bytes + g.scratch_bytes * g.threads + 64, kPoison);
@@ -445,7 +447,7 @@ void correctness() {
       check(same_bytes(o1, o2), std::string(nm) + " 1 vs 2 threads bitwise " + describe(p));
       // dK2/dV2 summed over several chunks of n blocks (a chunk's P and dS must fit 256 MiB, so
       // only very large M*K chunk on their own).
-      for (int64_t chunk = 1; isa == 2 && chunk <= 2 && chunk < floyd::ceil_div(p.N, floyd::fast::TN); ++chunk) {
+      for (int64_t chunk = 1; chunk <= 2 && chunk < floyd::ceil_div(p.N, floyd::fast::TN); ++chunk) {
         const std::string tag = std::string(nm) + " chunks of " + std::to_string(chunk) + " n blocks";
         Outputs c1 = api1, c2 = api1;
         set_threads(1);

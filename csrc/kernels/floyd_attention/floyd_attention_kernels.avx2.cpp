@@ -1,7 +1,8 @@
-// Fused Floyd attention, AVX2 build (-mavx2 -mfma -mf16c). Everything here lives in
-// op_plugin::floyd::avx2 so no inline function is shared with other ISA builds; only the
-// C-level headers, kernels/common/simd.h (its own namespace isa_avx2) and
-// op_plugin/parallel.h (ISA-neutral) are used.
+// Fused Floyd attention, AVX2 build (-mavx2 -mfma -mf16c): the algorithm of
+// floyd_attention_kernel.inc on the AVX2 GEMM micro-kernels (float operands; bf16 and float16
+// converted when packed). Everything here lives in op_plugin::floyd::avx2 so no inline function
+// is shared with other ISA builds; only the C-level headers, kernels/common (simd.h,
+// gemm_ukernel.h: their own namespace isa_avx2) and op_plugin/parallel.h (ISA-neutral) are used.
 // GCC 12 reports its own AVX intrinsics (`__m512 __Y = __Y;` in the headers) as maybe
 // uninitialized once they are inlined at -O3; the warning is a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -11,7 +12,8 @@
 #include <cstdint>
 
 #include "floyd_attention.h"
-#include "kernels/common/simd.h"
+#include "kernels/common/gemm_ukernel.h"
+#include "kernels/common/profile.h"
 #include "op_plugin/parallel.h"
 
 namespace op_plugin {
@@ -55,52 +57,28 @@ inline void cvt_row(const F16* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = to_acc(src[i]);
 }
 
-struct V {
-  using reg = __m256;
-  using mask = __m256i;
-  static constexpr int W = 8;
-  static constexpr int kMaxNV = 3;
-  static constexpr int kMaxRB1 = 8;
-  // 16 ymm registers: rb*nv accumulators + nv B vectors + 1 broadcast.
-  static int max_rb(int nv) { return nv == 1 ? 8 : nv == 2 ? 6 : 4; }
-  static mask tail(int64_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < 8 ? n : 8)),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  static reg loadu(const float* p) { return _mm256_loadu_ps(p); }
-  static void storeu(float* p, reg v) { _mm256_storeu_ps(p, v); }
-  static reg load(const float* p, mask m) { return _mm256_maskload_ps(p, m); }
-  static void store(float* p, reg v, mask m) { _mm256_maskstore_ps(p, m, v); }
-  static reg set1(float x) { return _mm256_set1_ps(x); }
-  static reg zero() { return _mm256_setzero_ps(); }
-  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
-  static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
-  // exp(x) = 2^(x log2 e) through the attention engine's vector exp2 (kernels/common/simd.h):
-  // x <= -87.3 (masked keys, -inf) gives exactly 0, NaN stays NaN.
-  static reg exp(reg x) {
-    return isa_avx2::OpsAvx2F::exp2(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)));
-  }
-};
+#include "floyd_attention_lanes.inc"
+template <class Ops> using LanesOf = Lanes<Ops>;
+#include "floyd_attention_kernel.inc"
 
-#include "floyd_attention_simd.inc"
-#include "floyd_attention_driver.inc"
+using Ops = isa_avx2::OpsAvx2F;
 
 }  // namespace
 
 void forward(const FwdPlan& plan, void* workspace) {
   switch (plan.dtype) {
-    case OP_DT_FLOAT: forward_typed<float, float>(plan, workspace); break;
-    case OP_DT_FLOAT16: forward_typed<F16, float>(plan, workspace); break;
-    case OP_DT_BF16: forward_typed<BF16, float>(plan, workspace); break;
+    case OP_DT_FLOAT: fastk::forward_fast<float, Ops>(plan, workspace); break;
+    case OP_DT_FLOAT16: fastk::forward_fast<F16, Ops>(plan, workspace); break;
+    case OP_DT_BF16: fastk::forward_fast<BF16, Ops>(plan, workspace); break;
     default: break;  // float64 runs in the baseline build
   }
 }
 
 void backward(const BwdPlan& plan, void* workspace) {
   switch (plan.dtype) {
-    case OP_DT_FLOAT: backward_typed<float, float>(plan, workspace); break;
-    case OP_DT_FLOAT16: backward_typed<F16, float>(plan, workspace); break;
-    case OP_DT_BF16: backward_typed<BF16, float>(plan, workspace); break;
+    case OP_DT_FLOAT: fastk::backward_fast<float, Ops>(plan, workspace); break;
+    case OP_DT_FLOAT16: fastk::backward_fast<F16, Ops>(plan, workspace); break;
+    case OP_DT_BF16: fastk::backward_fast<BF16, Ops>(plan, workspace); break;
     default: break;
   }
 }
