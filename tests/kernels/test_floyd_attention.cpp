@@ -380,7 +380,8 @@ bool cpu_has(int isa) {
 void correctness() {
   std::mt19937_64 rng(12345);
   std::vector<Problem> problems = {
-      // Tile boundaries (kBN = kBM = 16, kBK = 64): 15/16/17 rows, 63/64/65 keys.
+      // Tile boundaries (fast::TN = TM = 16; key blocks in whole 16-key vectors): 15/16/17 rows,
+      // 63/64/65 keys.
       {1, 1, 16, 16, 64, 16, 0.25, OP_DT_FLOAT, 0},
       {1, 2, 17, 15, 65, 8, 0.3, OP_DT_FLOAT, 2},
       {2, 1, 15, 17, 63, 5, 0.5, OP_DT_FLOAT, 1},
@@ -400,7 +401,7 @@ void correctness() {
       {1, 2, 17, 9, 65, 7, 0.4, OP_DT_DOUBLE, 2},
       {2, 1, 4, 18, 12, 16, 1.0, OP_DT_DOUBLE, 0},
       // Several n blocks (up to 5 of 16 rows, the last one ragged, odd row counts for the bf16
-      // pairs), which the AVX-512 backward also runs in chunks of 1 and 2 blocks below: bf16
+      // pairs), which the backward also runs in chunks of 1 and 2 blocks below: bf16
       // pairs; float with Q / dY read in place (slices of at most 32 KiB) and packed; float16.
       {1, 1, 71, 18, 66, 19, 0.2, OP_DT_BF16, 2},
       {1, 1, 37, 17, 33, 24, 0.3, OP_DT_BF16, 1},
@@ -409,9 +410,16 @@ void correctness() {
       {1, 1, 50, 4, 8, 8, 0.5, OP_DT_FLOAT, 0},
       {1, 1, 49, 3, 40, 3, 0.5, OP_DT_FLOAT, 1},
       {1, 1, 71, 18, 66, 19, 0.2, OP_DT_FLOAT16, 0},
-      // Many key blocks (200, 257 keys: a ragged last block) over several m blocks, bf16 and float16.
+      // Long key rows in one block (200, 257 keys) over several m blocks, bf16 and float16.
       {1, 1, 20, 35, 200, 24, 0.2, OP_DT_BF16, 1},
       {1, 2, 17, 33, 257, 16, 0.15, OP_DT_FLOAT16, 2},
+      // Several key blocks (more than fast::kMaxKeyBlock = 512 keys: equal blocks, the last one
+      // ragged), so the online softmax rescales the output: 513 keys (272 + 241), 600, 1100 (3 x 368).
+      {1, 1, 18, 17, 513, 24, 0.2, OP_DT_BF16, 1},
+      {1, 1, 9, 20, 1100, 16, 0.15, OP_DT_FLOAT, 2},
+      {1, 1, 17, 5, 600, 8, 0.3, OP_DT_DOUBLE, 1},
+      {1, 1, 5, 18, 530, 19, 0.2, OP_DT_FLOAT16, 2},
+      {1, 1, 16, 16, 1030, 64, 0.125, OP_DT_BF16, 0},
   };
   // Random small shapes.
   std::uniform_int_distribution<int> small(1, 20), keys(1, 70), dims(1, 20);
