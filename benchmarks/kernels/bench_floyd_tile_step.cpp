@@ -1,4 +1,4 @@
-// One tile step of Floyd's bf16 forward (floyd_attention_avx512.inc), torch-free, one thread: the
+// One tile step of Floyd's bf16 forward (floyd_attention_kernel.inc), torch-free, one thread: the
 // logits (16 GEMMs over the rows m of each n against K1[n], 16 over the rows n of each m against
 // K2[m], each 16 x 64 keys, depth D = 64 as 32 bf16 pairs) and the output contraction (the same
 // 32 GEMMs against V1 / V2, 16 x D over 64 keys), with the kernel's layouts and strides, the
