@@ -7,8 +7,9 @@ float64 to 1e-10).
 FAMILIES maps a family to (strategy of cases, check of one case); a case is a plain dict, so a
 failure prints what to rerun. Lengths are drawn around the kernels' tiles: multiples of 16 and
 32 (the vector and bf16 pair widths, the AMX tiles), the flash engine's kBlockQ = 64 query rows
-and kBlockKV = 96 keys (csrc/kernels/flash_attention/flash_attention_params.h), Floyd's 16 x 16 x
-64 tiles, each -1, +0 or +1, and small lengths.
+and kBlockKV = 96 keys (csrc/kernels/flash_attention/flash_attention_params.h), Floyd's 16 x 16
+tiles and its key blocks (up to fast::kMaxKeyBlock = 512 keys in one block, more in several), each
+-1, +0 or +1, and small lengths.
 """
 from __future__ import annotations
 
@@ -354,7 +355,7 @@ def floyd_cases(draw, dtypes: tuple[torch.dtype, ...] = DTYPES) -> Case:
     small = (16, 32)
     b, h = draw(st.sampled_from([(1, 1), (1, 2), (2, 1)]))
     return dict(b=b, h=h, n=draw(lengths(tiles=small)), m=draw(lengths(tiles=small)),
-                k=draw(lengths(tiles=(16, 32, 64))), d=draw(st.sampled_from([4, 8, 16, 17, 32])),
+                k=draw(lengths(tiles=(16, 32, 64, 512))), d=draw(st.sampled_from([4, 8, 16, 17, 32])),
                 dtype=draw(st.sampled_from(dtypes)), mask=draw(st.sampled_from(["full rows", "random", None])),
                 mask_dtype=draw(st.sampled_from([torch.bool, torch.uint8])), scale=draw(st.floats(0.05, 0.5)),
                 seed=draw(st.integers(0, 2**31 - 1)))
