@@ -12,6 +12,7 @@
 #include "kernels/common/amx_tile.h"
 #include "kernels/common/scalar_types.h"
 #include "op_plugin/isa.h"
+#include "avx512_test_main.h"
 
 namespace amx = op_plugin::isa_avx512::amx;
 
@@ -83,11 +84,14 @@ static void check(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumula
          (long long)K, (long long)kvalid, accumulate ? "accumulate" : "overwrite", transposed ? "B^T" : "B", bad);
 }
 
-int main() {
-  if (op_plugin::active_isa() != op_plugin::Isa::kAvx512Amx) {
-    std::printf("no AMX at this level (%s): 0 passed, 0 failed\n", op_plugin::isa_name(op_plugin::active_isa()));
-    return 0;
-  }
+static bool test_can_run(const char** why) {
+  static char text[64];
+  std::snprintf(text, sizeof text, "no AMX at this level (%s)", op_plugin::isa_name(op_plugin::active_isa()));
+  *why = text;
+  return op_plugin::active_isa() == op_plugin::Isa::kAvx512Amx;
+}
+
+static int run_checks() {
   std::mt19937 rng(11);
   for (int64_t M : {16, 32, 48, 64, 112})
     for (int64_t N : {5, 16, 31, 48, 64, 100})

@@ -15,6 +15,7 @@
 #include "kernels/common/gemm_ukernel.h"
 #include "kernels/common/scalar_types.h"
 #include "op_plugin/isa.h"
+#include "avx512_test_main.h"
 
 using op_plugin::isa_avx512::Ops512Bf16;
 
@@ -72,11 +73,12 @@ static void check(int64_t M, int64_t N, int64_t K, bool a_transposed, int mode, 
   (bad ? g_fail : g_pass)++;
 }
 
-int main() {
-  if (!__builtin_cpu_supports("avx512bf16")) {
-    std::printf("this CPU has no AVX512_BF16: the bf16 pair GEMM is not used here, 0 passed, 0 failed\n");
-    return 0;
-  }
+static bool test_can_run(const char** why) {
+  *why = "this CPU has no AVX512_BF16: the bf16 pair GEMM is not used here";
+  return __builtin_cpu_supports("avx512bf16");
+}
+
+static int run_checks() {
   std::printf("ISA level %s\n", op_plugin::isa_name(op_plugin::active_isa()));
   std::mt19937 rng(7);
   // M: full 16-row strips of C (held in tiles) and partial ones; N: one group of up to four

@@ -6,17 +6,19 @@
 #include <cstdio>
 #include <cstring>
 
+#include "avx512_test_main.h"
 #include "kernels/common/simd.h"
 
 static int g_pass = 0, g_fail = 0;
 #include "accvec_checks.inc"
 
-int main() {
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl")) {
-    std::printf("this CPU has no AVX-512 F/BW/DQ/VL: 0 passed, 0 failed\n");
-    return 0;
-  }
+static bool test_can_run(const char** why) {
+  *why = "this CPU has no AVX-512 F/BW/DQ/VL";
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+static int run_checks() {
   const bool native_bf16 = __builtin_cpu_supports("avx512bf16");
   std::printf("native bf16 store %s\n", native_bf16 ? "checked" : "not checked (no AVX512_BF16)");
   accvec_test::run_all(native_bf16);
