@@ -5,6 +5,7 @@ ratio against the PyTorch baseline measured in the same run.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -26,11 +27,25 @@ def memcpy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / seconds / 1e9
 
 
-def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048) -> float:
+@functools.lru_cache(maxsize=None)
+def _mm_gflops(dtype: torch.dtype, n: int, repeat: int) -> float:
     a = torch.randn(n, n).to(dtype)
     b = torch.randn(n, n).to(dtype)
-    seconds = median_seconds(lambda: a @ b, repeat=5)
+    seconds = median_seconds(lambda: a @ b, repeat=repeat)
     return 2 * n ** 3 / seconds / 1e9
+
+
+def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048) -> float:
+    """The machine's GEMM peak in ``dtype``: torch.mm at n x n x n.
+
+    A 16-bit dtype whose torch.mm is slower than float32's (a CPU without AVX512_BF16 / AMX: torch
+    falls back to a path about 15x slower than its float32 GEMM on an AVX2 host) peaks at the float32
+    rate, which converting the operands reaches; that rate is reported and the slow n^3 run (minutes
+    there) is skipped. Measured once per process.
+    """
+    if dtype in (torch.bfloat16, torch.float16) and _mm_gflops(dtype, 256, 3) < _mm_gflops(torch.float32, 256, 3):
+        dtype = torch.float32
+    return _mm_gflops(dtype, n, 5)
 
 
 def peak_extra_memory_mb(module: str, function: str, *args: object) -> float:
