@@ -11,7 +11,8 @@
 #                              with the extension build)
 #   OP_PLUGIN_TEST_ISA_LEVELS  levels to run each test at (default "native avx512_bf16 avx512 avx2 baseline";
 #                              "native" = the best the CPU has; others are set via OP_PLUGIN_ISA,
-#                              which caps the level, so a level the CPU lacks repeats a lower one)
+#                              which caps the level: a level the CPU lacks would repeat a lower
+#                              one, so it is named and not run again)
 #   OP_PLUGIN_KERNEL_TESTS     only build and run tests whose name contains one of these
 #                              (space-separated) strings
 #   CXX, JOBS, PYTHON          test compiler (g++), parallel jobs (nproc), python running the build
@@ -104,19 +105,39 @@ for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
   fi
 done
 
-for name in "${tests[@]}"; do
+# Each distinct level once: a level the CPU lacks runs as a lower one (the same code again), so
+# it is named and left out (on an AVX2-only CPU: native, avx512_bf16 and avx512 are all avx2).
+levels=()
+declare -A runs_as_of
+# shellcheck disable=SC2086
+if [ "$status" -eq 0 ] && $CXX $BASE_FLAGS "$ROOT/tests/kernels/isa_level.cpp" "$LIB" -o "$OUT/isa_level"; then
+  seen=" "
   for level in $LEVELS; do
+    if [ "$level" = native ]; then runs_as=$(env -u OP_PLUGIN_ISA "$OUT/isa_level"); else runs_as=$(OP_PLUGIN_ISA=$level "$OUT/isa_level"); fi
+    case "$seen" in
+      *" $runs_as "*) echo "ISA level $level runs as $runs_as on this CPU, which is tested already: not run again" ;;
+      *) seen="$seen$runs_as "; levels+=("$level"); runs_as_of[$level]=$runs_as ;;
+    esac
+  done
+else
+  echo "build failed: isa_level" >&2
+  status=1
+fi
+
+for name in "${tests[@]}"; do
+  for level in "${levels[@]}"; do
     rm -f "$OUT/$name.$level.log.rc"
     printf '%s %s\n' "$name" "$level"
   done
 done | xargs -n 2 -P "$JOBS" bash -c 'run_one "$0" "$1"'
 
 for name in "${tests[@]}"; do
-  for level in $LEVELS; do
+  for level in "${levels[@]}"; do
     log="$OUT/$name.$level.log"
     rc=$(cat "$log.rc" 2>/dev/null || echo 1)
     grep '^FAIL' "$log" | head -20 || true
-    echo "$name [$level]: $(tail -n 1 "$log")$([ "$rc" -eq 0 ] || echo " (exit status $rc)")"
+    label=$level; [ "$level" = native ] && label="native = ${runs_as_of[native]}"
+    echo "$name [$label]: $(tail -n 1 "$log")$([ "$rc" -eq 0 ] || echo " (exit status $rc)")"
     [ "$rc" -eq 0 ] || status=1
   done
 done
