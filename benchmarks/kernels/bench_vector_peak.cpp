@@ -1,9 +1,10 @@
 // The per-thread vector peaks the non-AMX rows of docs/benchmarks.md are read against: register-
 // only loops of 12 independent accumulators (more than the FMA latency times the ports on any
-// host we ran), float32 FMA (32 FLOP per zmm instruction) and vdpbf16ps (64 FLOP: 16 lanes x 2
-// pairs x multiply-add). Whether vdpbf16ps issues at the FMA rate decides the bf16 path of the
-// avx512_bf16 level (docs/decisions.md, op_plugin::bf16_dot_full_rate()).
-// Build and run: g++ -O2 -mavx512f -mavx512bf16 -mfma benchmarks/kernels/bench_vector_peak.cpp -o /tmp/peak && /tmp/peak
+// host we ran), float32 FMA (32 FLOP per zmm instruction, 16 per ymm on an AVX2-only build) and
+// vdpbf16ps (64 FLOP: 16 lanes x 2 pairs x multiply-add). Whether vdpbf16ps issues at the FMA rate
+// decides the bf16 path of the avx512_bf16 level (docs/decisions.md, op_plugin::bf16_dot_full_rate()).
+// Build and run for this host's widest vectors:
+//   g++ -O2 -march=native benchmarks/kernels/bench_vector_peak.cpp -o /tmp/peak && /tmp/peak
 // GCC 12 reports its own _mm512_reduce_add_ps (`__m256d __Y = __Y;`) as uninitialized: a known
 // false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -23,9 +24,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // The accumulators are summed and printed only when they hit a value they never reach, so the
 // compiler cannot drop the loop.
-void keep(const __m512* acc) {
+#if defined(__AVX512F__)
+using Vec = __m512;
+constexpr double kFmaFlop = 32.0;
+const char* const kWidth = "zmm";
+Vec splat(float x) { return _mm512_set1_ps(x); }
+Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+float first_lane(Vec v) { return _mm512_reduce_add_ps(v); }
+#else
+using Vec = __m256;
+constexpr double kFmaFlop = 16.0;
+const char* const kWidth = "ymm";
+Vec splat(float x) { return _mm256_set1_ps(x); }
+Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+float first_lane(Vec v) { return _mm256_cvtss_f32(v); }
+#endif
+
+void keep(const Vec* acc) {
   float x = 0;
-  for (int i = 0; i < kAcc; ++i) x += _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < kAcc; ++i) x += first_lane(acc[i]);
   if (x == 42.0f) std::puts("");
 }
 
@@ -33,8 +50,8 @@ void keep(const __m512* acc) {
 // independent accumulators.
 template <class Step>
 double gflops(Step step, double flop) {
-  __m512 acc[kAcc];
-  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  Vec acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = splat(static_cast<float>(i));
   const auto t0 = std::chrono::steady_clock::now();
   for (long it = 0; it < kIters; ++it) {
 #pragma GCC unroll 12
@@ -46,18 +63,25 @@ double gflops(Step step, double flop) {
 }
 
 double fma_gflops() {
-  const __m512 a = _mm512_set1_ps(1.0001f), b = _mm512_set1_ps(0.9999f);
-  return gflops([&](__m512 c) { return _mm512_fmadd_ps(a, c, b); }, 32.0);
+  const Vec a = splat(1.0001f), b = splat(0.9999f);
+  return gflops([&](Vec c) { return fma(a, c, b); }, kFmaFlop);
 }
 
+#if defined(__AVX512BF16__)
 double dpbf16_gflops() {
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0 bf16
   return gflops([&](__m512 c) { return _mm512_dpbf16_ps(c, a, b); }, 64.0);
 }
+#endif
 
 }  // namespace
 
 int main() {
-  for (int r = 0; r < 3; ++r)
-    std::printf("one thread: float32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s\n", fma_gflops(), dpbf16_gflops());
+  for (int r = 0; r < 3; ++r) {
+    std::printf("one thread: float32 FMA (%s) %.0f GFLOP/s", kWidth, fma_gflops());
+#if defined(__AVX512BF16__)
+    std::printf(", vdpbf16ps %.0f GFLOP/s", dpbf16_gflops());
+#endif
+    std::printf("\n");
+  }
 }
