@@ -1,14 +1,14 @@
 // The entry of a kernel test built with the AVX-512 flags (test_*.avx512.cpp).
 //
-// main asks the CPU first and is compiled without AVX-512: under ASan a function with stack
-// locals clears their shadow with zmm stores in its prologue, so a main built with AVX-512 dies
-// with SIGILL on a CPU without it before its own check runs. The checks live in run_checks(),
-// never inlined into main.
+// main and the test's test_can_run() ask the CPU first and are compiled without AVX-512: under
+// ASan a function with stack locals clears their shadow with zmm stores in its prologue, so a main
+// built with AVX-512 dies with SIGILL on a CPU without it before its own check runs. The checks
+// live in run_checks(), never inlined into main.
 #pragma once
 #include <cstdio>
 
 // Whether this CPU (and level) can run the test; `why` is printed when it cannot.
-static bool test_can_run(const char** why);
+__attribute__((target("no-avx512f"))) static bool test_can_run(const char** why);
 static int run_checks() __attribute__((noinline));
 
 __attribute__((target("no-avx512f"))) int main() {
