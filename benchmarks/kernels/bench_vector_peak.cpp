@@ -22,27 +22,28 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The accumulators are summed and printed only when they hit a value they never reach, so the
-// compiler cannot drop the loop.
+// The widest vectors this build has; fold() gives one float that depends on a vector.
 #if defined(__AVX512F__)
 using Vec = __m512;
 constexpr double kFmaFlop = 32.0;
 const char* const kWidth = "zmm";
 Vec splat(float x) { return _mm512_set1_ps(x); }
 Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-float first_lane(Vec v) { return _mm512_reduce_add_ps(v); }
+float fold(Vec v) { return _mm512_reduce_add_ps(v); }
 #else
 using Vec = __m256;
 constexpr double kFmaFlop = 16.0;
 const char* const kWidth = "ymm";
 Vec splat(float x) { return _mm256_set1_ps(x); }
 Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-float first_lane(Vec v) { return _mm256_cvtss_f32(v); }
+float fold(Vec v) { return _mm256_cvtss_f32(v); }
 #endif
 
+// The accumulators are folded and printed only when they hit a value they never reach, so the
+// compiler cannot drop the loop.
 void keep(const Vec* acc) {
   float x = 0;
-  for (int i = 0; i < kAcc; ++i) x += first_lane(acc[i]);
+  for (int i = 0; i < kAcc; ++i) x += fold(acc[i]);
   if (x == 42.0f) std::puts("");
 }
 
