@@ -218,6 +218,9 @@ struct Pairs<uint16_t> {
   }
 };
 
+// Packed B operands as rows of all columns (a 4-zmm strip reads 64 of them, a whole cache line of
+// each of 4 rows, per depth step); panels were measured on AVX2 only (the AVX2 build says why).
+constexpr int64_t kPanel = 0;
 #include "floyd_attention_kernel.inc"
 
 }  // namespace

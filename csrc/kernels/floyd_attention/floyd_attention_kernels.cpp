@@ -34,6 +34,8 @@ void cvt_row(const T* src, A* dst, int64_t n) {
 
 #include "floyd_attention_lanes.inc"
 template <class Ops> using LanesOf = Lanes<Ops>;
+// "B along d" packs as rows of all keys (the layout the AVX-512 build uses too, tested here).
+constexpr int64_t kPanel = 0;
 #include "floyd_attention_kernel.inc"
 
 using OpsF32 = isa_base::OpsGeneric<float, 16>;
