@@ -72,11 +72,19 @@ struct Small {
     return r;
   }
 
+  // Two accumulators: one chain of dependent adds was the latency of every logit here.
   static S dot(const S* a, const S* b, int64_t n) {
-    V acc = Ops::zero();
+    V acc0 = Ops::zero(), acc1 = Ops::zero();
     int64_t c = 0;
-    for (; c + W <= n; c += W) acc = Ops::add(acc, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
-    S s = Ops::hsum(acc);
+    for (; c + 2 * W <= n; c += 2 * W) {
+      acc0 = Ops::add(acc0, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
+      acc1 = Ops::add(acc1, Ops::mul(Ops::loadc(a + c + W), Ops::loadc(b + c + W)));
+    }
+    if (c + W <= n) {
+      acc0 = Ops::add(acc0, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
+      c += W;
+    }
+    S s = Ops::hsum(Ops::add(acc0, acc1));
     for (; c < n; ++c) s += a[c] * b[c];
     return s;
   }
@@ -113,6 +121,13 @@ struct Small {
                              int64_t hs) {
     return static_cast<const char*>(base) + (b * bs + row * rs + head * hs) * es;
   }
+  // A row of n values of dtype dt as S values: read in place when dt is S's own type, else
+  // converted into buf (a copy per key was most of a decode call's kernel time).
+  static const S* row_as_s(const char* src, opDataType dt, int64_t n, S* buf) {
+    if (dt == (sizeof(S) == 8 ? OP_DT_DOUBLE : OP_DT_FLOAT)) return reinterpret_cast<const S*>(src);
+    load_row<S>(src, dt, n, buf);
+    return buf;
+  }
 
   // ---- forward: query row i of head n, batch b ------------------------------------------------
   static void forward_row(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t n, int64_t i, char* slot) {
@@ -128,9 +143,10 @@ struct Small {
     const int64_t lo = w.lo(i), hi = w.hi(i);
     S m = m0;
     for (int64_t j = lo; j <= hi; ++j) {
-      load_row<S>(row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride),
-                  p.dtype, D, r.krow);
-      const S x = logit(p, b, n, i, j, c2, r.q, r.krow);
+      const S* krow = row_as_s(
+          row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype, D,
+          r.krow);
+      const S x = logit(p, b, n, i, j, c2, r.q, krow);
       r.s[j - lo] = x;
       if (x > m || x != x) m = m != m ? m : x;  // NaN propagates
     }
@@ -157,9 +173,10 @@ struct Small {
     for (int64_t j = lo; j <= hi; ++j) {
       const S pe = r.s[j - lo] * keep(p, dkey, b, n, i, j);
       if (pe == S(0)) continue;
-      load_row<S>(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
-                  p.dtype, Dv, r.vrow);
-      axpy(pe, r.vrow, r.acc, Dv);
+      axpy(pe,
+           row_as_s(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
+                    p.dtype, Dv, r.vrow),
+           r.acc, Dv);
     }
     finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i, 1, w, sink, m0, &muse, &l, r.acc, 0, r.tmp);
   }
@@ -201,14 +218,16 @@ struct Small {
         for (int64_t c = 0; c < D; ++c) r.acc[c] = S(0);
         S* dpse = dpse_all ? dpse_all + ((b * p.heads_q + n) * plan.dpse_rows + i) * plan.dpse_cols : nullptr;
         for (int64_t j = w.lo(i); j <= w.hi(i); ++j) {
-          load_row<S>(row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride),
-                      p.dtype, D, r.krow);
-          load_row<S>(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
-                      p.dtype, Dv, r.vrow);
-          const S pr = exp2s(logit(p, b, n, i, j, c2, r.q, r.krow) - lse2);
+          const S* krow = row_as_s(
+              row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype,
+              D, r.krow);
+          const S* vrow = row_as_s(
+              row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride), p.dtype,
+              Dv, r.vrow);
+          const S pr = exp2s(logit(p, b, n, i, j, c2, r.q, krow) - lse2);
           const S z = keep(p, dkey, b, n, i, j);
-          const S ds = pr * (dot(r.dout, r.vrow, Dv) * z - delta);
-          axpy(ds, r.krow, r.acc, D);           // dQ
+          const S ds = pr * (dot(r.dout, vrow, Dv) * z - delta);
+          axpy(ds, krow, r.acc, D);             // dQ
           axpy(ds, r.q, dkv + j * ld, D);       // dK (scaled when written)
           axpy(pr * z, r.dout, dkv + j * ld + Dp, Dv);  // dV
           if (dpse) dpse[j] = ds * sc;
