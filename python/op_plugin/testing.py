@@ -350,6 +350,27 @@ def check_compile(spec: OpSpec) -> None:
         torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m: f"{spec.name} grad of {name}: {m}")
 
 
+def check_no_grad(spec: OpSpec) -> None:
+    """The inference path of the Autograd kernel (no input needs a gradient: it redispatches with the
+    caller's arguments, saving nothing) gives every output of the training path bit for bit, under
+    torch.no_grad() and with inputs that do not require grad, and its outputs have no grad_fn."""
+    for i, x in enumerate(samples(spec, _first_dtype(spec))):
+        names = _differentiable(spec, x)
+        trained = _outputs(spec.op(**{**x, **{n: x[n].detach().requires_grad_() for n in names}}), spec.outputs)
+        plain = {**x, **{n: x[n].detach() for n in names}}
+        with torch.no_grad():
+            under_no_grad = _outputs(spec.op(**plain), spec.outputs)
+        for label, got in (("under torch.no_grad()", under_no_grad),
+                           ("with no input requiring grad", _outputs(spec.op(**plain), spec.outputs))):
+            for name, want in trained.items():
+                if isinstance(want, torch.Tensor):
+                    assert got[name].grad_fn is None, f"{spec.name} sample {i} {label}: {name} has a grad_fn"
+                    torch.testing.assert_close(got[name], want.detach(), rtol=0, atol=0, equal_nan=True,
+                                               msg=lambda m: f"{spec.name} sample {i} {label}, {name}: {m}")
+                else:
+                    assert got[name] == want, f"{spec.name} sample {i} {label}: {name} {got[name]} != {want}"
+
+
 # The Python an eager call may run: torch's entry point of a torch.ops call (OpOverload.__call__),
 # which every op called through torch.ops pays.
 _TORCH_ENTRY_FILES = ("torch/_ops.py",)

@@ -10,6 +10,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include "bindings/torch_glue.h"
@@ -79,6 +80,14 @@ struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
 }  // namespace
 
 ::std::tuple<at::Tensor,int64_t,int64_t> toy_dropout_autograd(c10::DispatchKeySet ks, const at::Tensor & x, double p) {
+  // No input needs a gradient (grad mode off, or no tensor argument requires grad): straight below
+  // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
+  // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
+  if (!torch::autograd::compute_requires_grad(x)) {
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout", "").typed<::std::tuple<at::Tensor,int64_t,int64_t>(const at::Tensor &, double)>();
+    return op.redispatch(ks & c10::after_autograd_keyset, x, p);
+  }
   int64_t int_outputs[2] = {};
   variable_list result = ToyDropoutAutograd::apply(ks, x, p, int_outputs);
   return ::std::tuple<at::Tensor,int64_t,int64_t>(result[0], int_outputs[0], int_outputs[1]);

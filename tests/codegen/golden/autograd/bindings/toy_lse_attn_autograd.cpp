@@ -10,6 +10,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include "bindings/autograd_formulas.h"
@@ -88,6 +89,14 @@ struct ToyLseAttnAutograd : torch::autograd::Function<ToyLseAttnAutograd> {
 }  // namespace
 
 ::std::tuple<at::Tensor,at::Tensor> toy_lse_attn_autograd(c10::DispatchKeySet ks, const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & bias, bool return_lse) {
+  // No input needs a gradient (grad mode off, or no tensor argument requires grad): straight below
+  // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
+  // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
+  if (!torch::autograd::compute_requires_grad(q, k, bias)) {
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_lse_attn", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, bool)>();
+    return op.redispatch(ks & c10::after_autograd_keyset, q, k, bias, return_lse);
+  }
   // Run with the forward_overrides (return_lse), so the backward gets what it needs.
   variable_list result = ToyLseAttnAutograd::apply(ks, q, k, bias, true);
   if (return_lse != true) {

@@ -10,6 +10,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include "bindings/torch_glue.h"
@@ -79,6 +80,14 @@ struct ToyNormAutograd : torch::autograd::Function<ToyNormAutograd> {
 }  // namespace
 
 ::std::tuple<at::Tensor,at::Tensor> toy_norm_autograd(c10::DispatchKeySet ks, const at::Tensor & x, const at::Tensor & weight, double eps, bool return_rstd) {
+  // No input needs a gradient (grad mode off, or no tensor argument requires grad): straight below
+  // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
+  // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
+  if (!torch::autograd::compute_requires_grad(x, weight)) {
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_norm", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, double, bool)>();
+    return op.redispatch(ks & c10::after_autograd_keyset, x, weight, eps, return_rstd);
+  }
   // Run with the forward_overrides (return_rstd), so the backward gets what it needs.
   variable_list result = ToyNormAutograd::apply(ks, x, weight, eps, true);
   if (return_rstd != true) {
