@@ -81,12 +81,14 @@ def test_golden_covers_the_features_it_claims(tmp_path: Path) -> None:
     _generate("options", tmp_path / "o")
     schema = (tmp_path / "a/bindings/toy_attn.cpp").read_text()
     # SPEC Decision 11: the C++ Autograd kernel takes any schema, so the forward with a backward and a
-    # kwarg-only Tensor registers its schema as written, and the wrapper passes that argument by keyword.
+    # kwarg-only Tensor registers its schema as written, and the wrapper passes that argument by keyword
+    # (when given: a None optional is left to the schema's default; a number always).
     assert '"toy_attn(Tensor q, Tensor k, *, Tensor? mask=None, float scale=1.0) -> (Tensor out, Tensor lse)"' in schema
     wrappers = (tmp_path / "a/python/ops.py").read_text()
     assert ("def toy_attn(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: float = 1.0) -> Tensor:"
             in wrappers)
-    assert "torch.ops.op_plugin.toy_attn(q, k, mask=mask, scale=scale)" in wrappers
+    assert "    if mask is not None:\n        _given[\"mask\"] = mask\n" in wrappers
+    assert "torch.ops.op_plugin.toy_attn(q, k, scale=scale, **_given)" in wrappers
     autograd = (tmp_path / "a/bindings/toy_attn_autograd.cpp").read_text()
     assert "grad_out,  // grad_out" in autograd and "lse,  // softmax_lse" in autograd  # a renamed source
     assert "ctx->mark_non_differentiable({lse});" in autograd

@@ -26,7 +26,10 @@ def toy_attn(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale: floa
 
     Registry: autograd.yaml:4
     """
-    out, lse = torch.ops.op_plugin.toy_attn(q, k, mask=mask, scale=scale)
+    _given = {}  # keyword-only arguments not at their schema default (torch.ops parses each keyword)
+    if mask is not None:
+        _given["mask"] = mask
+    out, lse = torch.ops.op_plugin.toy_attn(q, k, scale=scale, **_given)
     return out
 
 

@@ -47,5 +47,8 @@ def paint(x: Tensor, shade: Union[Shade, int, str] = 0, *, edge: Optional[Union[
         shade = _enum_arg(Shade, shade, "paint", "shade")
     if type(edge) is not int:  # a Shade member or name (an int goes straight through)
         edge = _enum_arg(Shade, edge, "paint", "edge")
-    result0 = torch.ops.op_plugin.paint(x, shade, edge=edge)
+    _given = {}  # keyword-only arguments not at their schema default (torch.ops parses each keyword)
+    if edge is not None:
+        _given["edge"] = edge
+    result0 = torch.ops.op_plugin.paint(x, shade, **_given)
     return result0

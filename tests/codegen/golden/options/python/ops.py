@@ -38,5 +38,8 @@ def masked_mix(x: Tensor, bias: Optional[Tensor] = None, layout: str = 'BSND', s
 
     Registry: options.yaml:3
     """
-    y, stats = torch.ops.op_plugin.masked_mix(x, bias, layout, sizes, window, flag, layout_out=layout_out, alpha=alpha, groups=groups)
+    _given = {}  # keyword-only arguments not at their schema default (torch.ops parses each keyword)
+    if layout_out != "BSND":
+        _given["layout_out"] = layout_out
+    y, stats = torch.ops.op_plugin.masked_mix(x, bias, layout, sizes, window, flag, alpha=alpha, groups=groups, **_given)
     return y
