@@ -3,7 +3,8 @@
 A decode step calls each op on one token, where the work is tiny and the call's fixed cost (the
 Python entry, the dispatcher, the Autograd kernel, the binding's checks and allocations, stage 1's
 plan, the kernel's thread dispatch) is what a model pays per layer. Each row times one call,
-with inputs that require grad (the Autograd kernel saves for backward), and one forward+backward,
+with inputs that require grad (the Autograd kernel saves for backward), the same call under
+torch.no_grad() (inference: serving a decode step; the Autograd kernel saves nothing), and one forward+backward,
 as the best over 7 runs of the mean of many calls, the op's runs alternating with its baseline's
 (the issue's method: medians of single calls of microseconds are timer noise).
 
@@ -20,6 +21,7 @@ executor, the Autograd kernel and its saved state, the grad op's binding (target
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Optional
@@ -178,10 +180,12 @@ def run(quick: bool = False) -> list[dict[str, object]]:
     calls = 200 if quick else 2000
     rows = []
     for workload, ours, ours_bwd, theirs, theirs_bwd, baseline in cases():
-        for what, a, b in (("forward", ours, theirs), ("forward+backward", ours_bwd, theirs_bwd)):
+        for what, a, b in (("forward", ours, theirs), ("forward, no_grad", ours, theirs),
+                           ("forward+backward", ours_bwd, theirs_bwd)):
             if a is None:
                 continue
-            mine, base = per_call_pair(a, b, calls)
+            with torch.no_grad() if what.endswith("no_grad") else contextlib.nullcontext():
+                mine, base = per_call_pair(a, b, calls)
             rows.append({"workload": f"{workload} {what}", "dtype": "float32", "op_plugin_s": mine,
                          "pytorch_s": base, "speedup": base / mine,
                          "throughput": f"{mine * 1e6:.1f} us vs {baseline} {base * 1e6:.1f} us a call",
