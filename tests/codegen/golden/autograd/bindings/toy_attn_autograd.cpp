@@ -32,11 +32,16 @@ struct ToyAttnSaved : torch::CustomClassHolder {
   std::array<int, 5> edge{};
 };
 
+// The forward op, typed once: the Function's forward and the no-gradient path redispatch to it.
+const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, double)>& toy_attn_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_attn", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, double)>();
+  return op;
+}
+
 struct ToyAttnAutograd : torch::autograd::Function<ToyAttnAutograd> {
   static variable_list forward(AutogradContext* ctx, c10::DispatchKeySet ks, const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & mask, double scale) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_attn", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, double)>();
-    auto [out, lse] = op.redispatch(ks & c10::after_autograd_keyset, q, k, mask, scale);
+    auto [out, lse] = toy_attn_op().redispatch(ks & c10::after_autograd_keyset, q, k, mask, scale);
 
     ctx->save_for_backward({q, k, out, lse, op_plugin::as_tensor(mask)});
     auto saved = c10::make_intrusive<ToyAttnSaved>();
@@ -93,9 +98,7 @@ struct ToyAttnAutograd : torch::autograd::Function<ToyAttnAutograd> {
   // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
   // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
   if (!torch::autograd::compute_requires_grad(q, k, mask)) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_attn", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, double)>();
-    return op.redispatch(ks & c10::after_autograd_keyset, q, k, mask, scale);
+    return toy_attn_op().redispatch(ks & c10::after_autograd_keyset, q, k, mask, scale);
   }
   variable_list result = ToyAttnAutograd::apply(ks, q, k, mask, scale);
   return ::std::tuple<at::Tensor,at::Tensor>(result[0], result[1]);

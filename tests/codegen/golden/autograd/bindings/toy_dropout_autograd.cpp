@@ -34,11 +34,16 @@ struct ToyDropoutSaved : torch::CustomClassHolder {
   std::array<int, 4> edge{};
 };
 
+// The forward op, typed once: the Function's forward and the no-gradient path redispatch to it.
+const c10::TypedOperatorHandle<::std::tuple<at::Tensor,int64_t,int64_t>(const at::Tensor &, double)>& toy_dropout_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout", "").typed<::std::tuple<at::Tensor,int64_t,int64_t>(const at::Tensor &, double)>();
+  return op;
+}
+
 struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
   static variable_list forward(AutogradContext* ctx, c10::DispatchKeySet ks, const at::Tensor & x, double p, int64_t* int_outputs) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout", "").typed<::std::tuple<at::Tensor,int64_t,int64_t>(const at::Tensor &, double)>();
-    auto [y, seed, numels] = op.redispatch(ks & c10::after_autograd_keyset, x, p);
+    auto [y, seed, numels] = toy_dropout_op().redispatch(ks & c10::after_autograd_keyset, x, p);
     int_outputs[0] = seed;
     int_outputs[1] = numels;
 
@@ -84,9 +89,7 @@ struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
   // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
   // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
   if (!torch::autograd::compute_requires_grad(x)) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout", "").typed<::std::tuple<at::Tensor,int64_t,int64_t>(const at::Tensor &, double)>();
-    return op.redispatch(ks & c10::after_autograd_keyset, x, p);
+    return toy_dropout_op().redispatch(ks & c10::after_autograd_keyset, x, p);
   }
   int64_t int_outputs[2] = {};
   variable_list result = ToyDropoutAutograd::apply(ks, x, p, int_outputs);

@@ -32,11 +32,16 @@ struct ToyLseAttnSaved : torch::CustomClassHolder {
   std::array<int, 5> edge{};
 };
 
+// The forward op, typed once: the Function's forward and the no-gradient path redispatch to it.
+const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, bool)>& toy_lse_attn_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_lse_attn", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, bool)>();
+  return op;
+}
+
 struct ToyLseAttnAutograd : torch::autograd::Function<ToyLseAttnAutograd> {
   static variable_list forward(AutogradContext* ctx, c10::DispatchKeySet ks, const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & bias, bool return_lse) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_lse_attn", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, bool)>();
-    auto [out, lse] = op.redispatch(ks & c10::after_autograd_keyset, q, k, bias, return_lse);
+    auto [out, lse] = toy_lse_attn_op().redispatch(ks & c10::after_autograd_keyset, q, k, bias, return_lse);
 
     ctx->save_for_backward({q, k, out, lse, op_plugin::as_tensor(bias)});
     auto saved = c10::make_intrusive<ToyLseAttnSaved>();
@@ -93,9 +98,7 @@ struct ToyLseAttnAutograd : torch::autograd::Function<ToyLseAttnAutograd> {
   // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
   // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
   if (!torch::autograd::compute_requires_grad(q, k, bias)) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_lse_attn", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, const ::std::optional<at::Tensor> &, bool)>();
-    return op.redispatch(ks & c10::after_autograd_keyset, q, k, bias, return_lse);
+    return toy_lse_attn_op().redispatch(ks & c10::after_autograd_keyset, q, k, bias, return_lse);
   }
   // Run with the forward_overrides (return_lse), so the backward gets what it needs.
   variable_list result = ToyLseAttnAutograd::apply(ks, q, k, bias, true);

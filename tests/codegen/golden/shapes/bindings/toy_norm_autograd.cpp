@@ -31,11 +31,16 @@ struct ToyNormSaved : torch::CustomClassHolder {
   std::array<int, 5> edge{};
 };
 
+// The forward op, typed once: the Function's forward and the no-gradient path redispatch to it.
+const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, double, bool)>& toy_norm_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_norm", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, double, bool)>();
+  return op;
+}
+
 struct ToyNormAutograd : torch::autograd::Function<ToyNormAutograd> {
   static variable_list forward(AutogradContext* ctx, c10::DispatchKeySet ks, const at::Tensor & x, const at::Tensor & weight, double eps, bool return_rstd) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_norm", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, double, bool)>();
-    auto [y, rstd] = op.redispatch(ks & c10::after_autograd_keyset, x, weight, eps, return_rstd);
+    auto [y, rstd] = toy_norm_op().redispatch(ks & c10::after_autograd_keyset, x, weight, eps, return_rstd);
 
     ctx->save_for_backward({x, weight, rstd});
     auto saved = c10::make_intrusive<ToyNormSaved>();
@@ -84,9 +89,7 @@ struct ToyNormAutograd : torch::autograd::Function<ToyNormAutograd> {
   // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
   // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
   if (!torch::autograd::compute_requires_grad(x, weight)) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_norm", "").typed<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor &, const at::Tensor &, double, bool)>();
-    return op.redispatch(ks & c10::after_autograd_keyset, x, weight, eps, return_rstd);
+    return toy_norm_op().redispatch(ks & c10::after_autograd_keyset, x, weight, eps, return_rstd);
   }
   // Run with the forward_overrides (return_rstd), so the backward gets what it needs.
   variable_list result = ToyNormAutograd::apply(ks, x, weight, eps, true);
