@@ -54,8 +54,19 @@ static std::string describe(const Case& c, opDataType dt) {
   return buf;
 }
 
+// Index order of a layout, resolved once per case: the reference's loops index every element,
+// and comparing the layout string there took 70% of this test's time.
+enum class Order { kTnd, kBsnd, kSbh, kBnsd };  // BSH has BSND's order, BNSD the last
+static Order order_of(const std::string& L) {
+  if (L == "TND") return Order::kTnd;
+  if (L == "BSND" || L == "BSH") return Order::kBsnd;
+  if (L == "SBH") return Order::kSbh;
+  return Order::kBnsd;
+}
+
 struct Geometry {
   bool tnd;
+  Order order;
   int64_t B, T1, T2, maxq, maxkv;
   std::vector<int64_t> cq, ckv, sq, skv, estart;
   int64_t numels;
@@ -63,6 +74,7 @@ struct Geometry {
 static Geometry geometry(const Case& c) {
   Geometry g;
   g.tnd = c.layout == "TND";
+  g.order = order_of(c.layout);
   g.B = g.tnd ? static_cast<int64_t>(c.lq.size()) : c.B;
   g.cq.assign(g.B + 1, 0);
   g.ckv.assign(g.B + 1, 0);
@@ -83,11 +95,14 @@ static Geometry geometry(const Case& c) {
   return g;
 }
 // Flat index of (b, s, n, d) in a tensor of the layout with S rows per batch, N heads, dim Dd.
-static int64_t idx(const std::string& L, const Geometry& g, bool kv, int64_t b, int64_t s, int64_t n, int64_t d,
-                   int64_t S, int64_t N, int64_t Dd) {
-  if (L == "TND") return ((kv ? g.ckv[b] : g.cq[b]) + s) * N * Dd + n * Dd + d;
-  if (L == "BSND" || L == "BSH") return ((b * S + s) * N + n) * Dd + d;
-  if (L == "SBH") return ((s * g.B + b) * N + n) * Dd + d;
+static int64_t idx(const Geometry& g, bool kv, int64_t b, int64_t s, int64_t n, int64_t d, int64_t S, int64_t N,
+                   int64_t Dd) {
+  switch (g.order) {
+    case Order::kTnd: return ((kv ? g.ckv[b] : g.cq[b]) + s) * N * Dd + n * Dd + d;
+    case Order::kBsnd: return ((b * S + s) * N + n) * Dd + d;
+    case Order::kSbh: return ((s * g.B + b) * N + n) * Dd + d;
+    case Order::kBnsd: break;
+  }
   return ((b * N + n) * S + s) * Dd + d;
 }
 static std::vector<int64_t> shape_of(const std::string& L, const Geometry& g, bool kv, int64_t S, int64_t N, int64_t Dd) {
@@ -190,7 +205,6 @@ struct Ref {
 // Forward reference; with `out_in` / stats given, also the backward fed with them.
 static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const Buf* max_in, const Buf* sum_in) {
   const Geometry& g = in.g;
-  const std::string& L = c.layout;
   Ref r;
   r.out.assign(numel(in.dy.t), 0.0);
   const int64_t rows = g.tnd ? g.T1 : g.B * c.S1;
@@ -216,7 +230,7 @@ static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const B
           if (masked(c, in, b, n, i, j)) continue;
           double dot = 0;
           for (int64_t d = 0; d < c.D; ++d)
-            dot += get(in.q, idx(L, g, false, b, i, n, d, c.S1, c.N1, c.D)) * get(in.k, idx(L, g, true, b, j, h, d, c.S2, c.N2, c.D));
+            dot += get(in.q, idx(g, false, b, i, n, d, c.S1, c.N1, c.D)) * get(in.k, idx(g, true, b, j, h, d, c.S2, c.N2, c.D));
           s[j] = c.scale * (dot + pse_at(c, in, b, n, i, j));
           m = std::max(m, s[j]);
           any = true;
@@ -232,8 +246,8 @@ static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const B
           double acc = 0;
           for (int64_t j = 0; j < skv; ++j)
             if (s[j] > -INFINITY)
-              acc += std::exp(s[j] - m) / l * zmul(c, g, b, n, i, j) * get(in.v, idx(L, g, true, b, j, h, e, c.S2, c.N2, c.Dv));
-          r.out[idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv)] = acc;
+              acc += std::exp(s[j] - m) / l * zmul(c, g, b, n, i, j) * get(in.v, idx(g, true, b, j, h, e, c.S2, c.N2, c.Dv));
+          r.out[idx(g, false, b, i, n, e, c.S1, c.N1, c.Dv)] = acc;
         }
         if (!out_in) continue;
         // backward, from the given statistics (element 0 of the 8) and attention_in
@@ -242,7 +256,7 @@ static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const B
         const double lse = gm + std::log(gs);
         double Di = 0;
         for (int64_t e = 0; e < c.Dv; ++e) {
-          const int64_t oi = idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv);
+          const int64_t oi = idx(g, false, b, i, n, e, c.S1, c.N1, c.Dv);
           Di += get(in.dy, oi) * get(*out_in, oi);
         }
         if (c.sink) r.dsink[n] -= std::exp(sink - lse) * Di;
@@ -251,13 +265,13 @@ static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const B
           const double p = std::exp(s[j] - lse), z = zmul(c, g, b, n, i, j);
           double dp = 0;
           for (int64_t e = 0; e < c.Dv; ++e)
-            dp += get(in.dy, idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv)) * get(in.v, idx(L, g, true, b, j, h, e, c.S2, c.N2, c.Dv));
+            dp += get(in.dy, idx(g, false, b, i, n, e, c.S1, c.N1, c.Dv)) * get(in.v, idx(g, true, b, j, h, e, c.S2, c.N2, c.Dv));
           const double ds = p * (dp * z - Di);
           for (int64_t e = 0; e < c.Dv; ++e)
-            r.dv[idx(L, g, true, b, j, h, e, c.S2, c.N2, c.Dv)] += p * z * get(in.dy, idx(L, g, false, b, i, n, e, c.S1, c.N1, c.Dv));
+            r.dv[idx(g, true, b, j, h, e, c.S2, c.N2, c.Dv)] += p * z * get(in.dy, idx(g, false, b, i, n, e, c.S1, c.N1, c.Dv));
           for (int64_t d = 0; d < c.D; ++d) {
-            r.dq[idx(L, g, false, b, i, n, d, c.S1, c.N1, c.D)] += c.scale * ds * get(in.k, idx(L, g, true, b, j, h, d, c.S2, c.N2, c.D));
-            r.dk[idx(L, g, true, b, j, h, d, c.S2, c.N2, c.D)] += c.scale * ds * get(in.q, idx(L, g, false, b, i, n, d, c.S1, c.N1, c.D));
+            r.dq[idx(g, false, b, i, n, d, c.S1, c.N1, c.D)] += c.scale * ds * get(in.k, idx(g, true, b, j, h, d, c.S2, c.N2, c.D));
+            r.dk[idx(g, true, b, j, h, d, c.S2, c.N2, c.D)] += c.scale * ds * get(in.q, idx(g, false, b, i, n, d, c.S1, c.N1, c.D));
           }
           if (c.pse) {
             const opTensor& t = in.pse.t;
