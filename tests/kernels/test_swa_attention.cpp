@@ -73,8 +73,8 @@ struct Geometry {
 };
 static Geometry geometry(const Case& c) {
   Geometry g;
-  g.tnd = c.layout == "TND";
   g.order = order_of(c.layout);
+  g.tnd = g.order == Order::kTnd;
   g.B = g.tnd ? static_cast<int64_t>(c.lq.size()) : c.B;
   g.cq.assign(g.B + 1, 0);
   g.ckv.assign(g.B + 1, 0);
