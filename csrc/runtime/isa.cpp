@@ -33,6 +33,9 @@ bool amx_usable() {
 #endif
 
 Isa detect_cpu() {
+#if defined(OP_PLUGIN_AVX512_EMULATE)
+  return Isa::kAvx512Amx;  // a test build: AVX-512 from kernels/common/avx512_model.h, AMX modelled
+#endif
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -46,9 +46,40 @@ def sanitize_flags() -> str:
 AMX_EMULATE_FLAGS = "-DOP_PLUGIN_AMX_EMULATE"
 
 
+# The AVX-512 model build variant: OP_PLUGIN_AVX512_EMULATE=1 compiles the *.avx512.cpp sources with
+# the AVX2 flags and kernels/common/avx512_model.h's AVX-512 intrinsics (SIMDe's headers, from the
+# simde-py package), and the AMX model too, so the avx512, avx512_bf16 and avx512_amx levels' code
+# runs on an AVX2 CPU (or on an AVX-512 one without AVX512_BF16). For tests only.
+AVX512_EMULATE_FLAGS = "-DOP_PLUGIN_AVX512_EMULATE"
+
+
+def avx512_emulated() -> bool:
+    return os.environ.get("OP_PLUGIN_AVX512_EMULATE", "") == "1"
+
+
 def amx_emulate_flags() -> str:
-    """AMX_EMULATE_FLAGS when OP_PLUGIN_AMX_EMULATE=1 is set, else ''."""
-    return AMX_EMULATE_FLAGS if os.environ.get("OP_PLUGIN_AMX_EMULATE", "") == "1" else ""
+    """The model builds' defines for every source: AMX_EMULATE_FLAGS when OP_PLUGIN_AMX_EMULATE=1
+    or OP_PLUGIN_AVX512_EMULATE=1 is set (the latter adds AVX512_EMULATE_FLAGS), else ''."""
+    flags = []
+    if os.environ.get("OP_PLUGIN_AMX_EMULATE", "") == "1" or avx512_emulated():
+        flags.append(AMX_EMULATE_FLAGS)
+    if avx512_emulated():
+        flags.append(AVX512_EMULATE_FLAGS)
+    return " ".join(flags)
+
+
+def isa_flags(isa: str) -> str:
+    """The compiler flags of an ISA's sources ('' for baseline ones); under OP_PLUGIN_AVX512_EMULATE=1
+    the avx512 sources get the AVX2 flags and the AVX-512 model's."""
+    if isa == "avx512" and avx512_emulated():
+        import simde_py  # the SIMDe headers (ci/build.sh installs simde-py)
+
+        # -O1: the model's flash unit compiles in 40 s instead of 150 (the tests' time is their
+        # references'); at -O1 GCC cannot see that the dropout lanes are set before they are read.
+        simde = shlex.quote(simde_py.get_include())
+        return (f"{ISA_FLAGS['avx2']} -DOP_PLUGIN_AVX512_MODEL -isystem {simde} -O1 -Wno-psabi "
+                "-Wno-maybe-uninitialized")
+    return ISA_FLAGS.get(isa, "")
 
 
 def copy_generated_python(generated: str, target: str, registry: str) -> None:
@@ -118,7 +149,7 @@ def write_kernel_ninja(build_dir: str, sources: Sequence[str], include_dirs: Seq
         obj = "obj/" + os.path.relpath(src, os.path.commonpath([os.path.abspath(s) for s in sources])) + ".o"
         objects.append(obj)
         lines.append(f"build {obj}: cxx {src}")
-        lines.append(f"  isaflags = {ISA_FLAGS.get(isa_of(src), '')}")
+        lines.append(f"  isaflags = {isa_flags(isa_of(src))}")
     lines.append(f"build {library}: ar {' '.join(objects)}")
     lines.append(f"default {library}")
     if shared_library:

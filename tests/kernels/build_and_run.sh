@@ -23,6 +23,10 @@
 #                              kernels/common/amx_intrinsics.h (build.py's AMX_EMULATE_FLAGS), in
 #                              build/kernels-amxemu and build/kernel_tests-amxemu: the avx512_amx
 #                              level's code on a CPU without AMX (ci/test.sh runs it there)
+#   OP_PLUGIN_AVX512_EMULATE=1 the same, and the *.avx512.cpp sources built with the AVX2 flags and
+#                              kernels/common/avx512_model.h's AVX-512 intrinsics (build.py's
+#                              isa_flags), in build/kernels-avx512emu and build/kernel_tests-avx512emu:
+#                              the avx512, avx512_bf16 and avx512_amx levels' code on an AVX2 CPU
 #
 # The library follows the build convention of python/op_plugin/build.py: *.avx512.cpp and
 # *.avx2.cpp get their ISA flags, every other .cpp baseline flags (tests too: test_*.avx512.cpp,
@@ -31,7 +35,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 GEN_INCLUDE=$(realpath "${1:-${OP_PLUGIN_GENERATED_INCLUDE:-$ROOT/build/generated/include}}")
-SUFFIX=$([ "${OP_PLUGIN_SANITIZE:-}" = 1 ] && echo -sanitize || true)$([ "${OP_PLUGIN_AMX_EMULATE:-}" = 1 ] && echo -amxemu || true)
+SUFFIX=$([ "${OP_PLUGIN_SANITIZE:-}" = 1 ] && echo -sanitize || true)
+if [ "${OP_PLUGIN_AVX512_EMULATE:-}" = 1 ]; then SUFFIX=$SUFFIX-avx512emu
+elif [ "${OP_PLUGIN_AMX_EMULATE:-}" = 1 ]; then SUFFIX=$SUFFIX-amxemu; fi
 OUT=${OP_PLUGIN_KERNEL_TEST_DIR:-$ROOT/build/kernel_tests$SUFFIX}
 LIB_DIR=${OP_PLUGIN_KERNEL_LIB_DIR:-$ROOT/build/kernels$SUFFIX}
 LEVELS=${OP_PLUGIN_TEST_ISA_LEVELS:-"native avx512_bf16 avx512 avx2 baseline"}
@@ -46,8 +52,8 @@ fi
 
 # Tests named test_*.avx512.cpp / test_*.avx2.cpp exercise that ISA's code directly and get the
 # library's flags for it.
-AVX512_FLAGS=$(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.ISA_FLAGS["avx512"])')
-AVX2_FLAGS=$(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.ISA_FLAGS["avx2"])')
+AVX512_FLAGS=$(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.isa_flags("avx512"))')
+AVX2_FLAGS=$(cd "$ROOT/python/op_plugin" && "$PY" -c 'import build; print(build.isa_flags("avx2"))')
 
 if [ ! -d "$GEN_INCLUDE/op_plugin/ops" ]; then
   echo "build_and_run.sh: no generated headers in $GEN_INCLUDE/op_plugin/ops (pass the directory" \

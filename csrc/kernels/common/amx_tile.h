@@ -26,7 +26,7 @@
 #include "kernels/common/simd.h"
 #include "kernels/common/amx_intrinsics.h"  // after simd.h: its model lives in OP_ISA_NS
 
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
 namespace op_plugin {
 namespace OP_ISA_NS {
 namespace amx {
@@ -231,4 +231,4 @@ inline void pack_b_rows(const uint16_t* X, int64_t ld, int64_t k, int64_t n, uin
 }  // namespace amx
 }  // namespace OP_ISA_NS
 }  // namespace op_plugin
-#endif  // __AVX512BF16__
+#endif  // OP_AVX512_BF16

@@ -75,7 +75,7 @@ struct DropoutLanes {
   }
 };
 
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
 inline __m512i lowbias32_v(__m512i x) {
   x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
   x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
@@ -122,7 +122,7 @@ inline __m256i dropout_keep8(uint64_t e0, const DropoutLanes& ln, const DropoutK
 template <class Ops>
 inline typename Ops::V dropout_apply(typename Ops::V x, uint64_t e0, const DropoutLanes& ln, const DropoutKey& k) {
   using S = typename Ops::S;
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
   if constexpr (Ops::W == 16 && sizeof(S) == 4) {
     return _mm512_maskz_mul_ps(dropout_keep16(e0, ln, k), x, _mm512_set1_ps(static_cast<float>(k.scale)));
   } else

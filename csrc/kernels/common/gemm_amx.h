@@ -25,7 +25,7 @@
 #include "kernels/common/amx_tile.h"
 #include "kernels/common/simd.h"
 
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
 namespace op_plugin {
 namespace OP_ISA_NS {
 namespace amx {
@@ -147,4 +147,4 @@ OP_AMX_TARGET inline bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint1
 }  // namespace amx
 }  // namespace OP_ISA_NS
 }  // namespace op_plugin
-#endif  // __AVX512BF16__
+#endif  // OP_AVX512_BF16

@@ -46,7 +46,7 @@ namespace OP_ISA_NS {
 
 template <class Ops>
 struct GemmTile {
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
   static constexpr int MR = 6;
   static constexpr int NV = 4;
 #elif defined(__AVX2__)
@@ -164,7 +164,7 @@ inline void gemm(int64_t M, int64_t N, int64_t K, const typename Ops::T* A, int6
   constexpr int KP = Ops::KP;
   constexpr int NV = GemmTile<Ops>::NV;
   if (M <= 0 || N <= 0) return;
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
   if constexpr (Ops::kNativeBf16) {
     // AMX tiles where the CPU has them (Isa::kAvx512Amx); gemm_amx.h says why and how.
     static const bool amx = active_isa() == Isa::kAvx512Amx;
@@ -183,7 +183,7 @@ inline void gemm(int64_t M, int64_t N, int64_t K, const typename Ops::T* A, int6
 // call does not load it again (nothing otherwise).
 template <class Ops>
 struct GemmTaskScope {
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
   std::optional<amx::TileScope> tiles;
   GemmTaskScope() {
     if constexpr (Ops::kNativeBf16)

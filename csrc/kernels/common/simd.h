@@ -34,7 +34,21 @@
 #pragma GCC diagnostic pop
 #endif
 
-#if defined(__AVX512F__)
+// OP_AVX512 / OP_AVX512_BF16: this translation unit's code is the AVX-512 (AVX512_BF16) one. Set
+// by the compiler's target, or, in the test build of an AVX2 CPU (-DOP_PLUGIN_AVX512_MODEL on the
+// *.avx512.cpp sources), by avx512_model.h, which supplies the AVX-512 intrinsics in AVX2 code.
+#if defined(OP_PLUGIN_AVX512_MODEL) && !defined(__AVX512F__)
+#include "kernels/common/avx512_model.h"
+#define OP_AVX512 1
+#define OP_AVX512_BF16 1
+#elif defined(__AVX512F__)
+#define OP_AVX512 1
+#if defined(__AVX512BF16__)
+#define OP_AVX512_BF16 1
+#endif
+#endif
+
+#if defined(OP_AVX512)
 #define OP_ISA_NS isa_avx512
 #elif defined(__AVX2__)
 #define OP_ISA_NS isa_avx2
@@ -141,7 +155,7 @@ struct OpsGeneric {
   }
 };
 
-#if defined(__AVX2__) && !defined(__AVX512F__)
+#if defined(__AVX2__) && !defined(OP_AVX512)
 // ---- AVX2 + FMA float ----------------------------------------------------------------------
 struct OpsAvx2F {
   static constexpr bool kNativeBf16 = false;
@@ -214,7 +228,7 @@ struct OpsAvx2F {
 };
 #endif
 
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
 // ---- AVX-512 float -------------------------------------------------------------------------
 struct Ops512Base {
   static constexpr bool kNativeBf16 = false;
@@ -278,7 +292,7 @@ struct Ops512F : Ops512Base {
   static V fma(V acc, AV a, BV b) { return _mm512_fmadd_ps(a, b, acc); }
 };
 
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
 // bf16 pairs: B vectors hold 16 columns x 2 consecutive k (32 bf16, "VNNI" order), A is a
 // broadcast 32-bit pair; vdpbf16ps adds a0*b0 + a1*b1 into each fp32 lane.
 struct Ops512Bf16 : Ops512Base {
@@ -311,7 +325,7 @@ struct Ops512Bf16 : Ops512Base {
   }
 };
 #endif
-#endif  // __AVX512F__
+#endif  // OP_AVX512
 
 // ---- element I/O of the fp32 accumulation vector ---------------------------------------
 // AccVec: this ISA's widest float vector (V, W lanes) as the accumulator of a kernel that streams
@@ -334,7 +348,7 @@ struct Ops512Bf16 : Ops512Base {
 // Defined for AVX2 (+FMA, F16C for fp16) and AVX-512 (F, and AVX512_BF16 for kNative); baseline
 // code uses this header's scalar conversions (bf16_to_float, float_to_bf16, half_bits_to_float,
 // float_to_half_bits), which the stores without kNative match bit for bit (fp16 NaN payloads aside).
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX2__) || defined(OP_AVX512)
 template <int Lanes>
 struct AccVecBase {
   static constexpr int W = Lanes;
@@ -354,7 +368,7 @@ struct AccVecBase {
 };
 #endif
 
-#if defined(__AVX2__) && !defined(__AVX512F__)
+#if defined(__AVX2__) && !defined(OP_AVX512)
 struct AccVec : AccVecBase<8> {
   using V = __m256;
   static V zero() { return _mm256_setzero_ps(); }
@@ -412,7 +426,7 @@ struct AccVec : AccVecBase<8> {
 };
 #endif
 
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
 struct AccVec : AccVecBase<16> {
   using V = __m512;
   static V zero() { return _mm512_setzero_ps(); }
@@ -421,7 +435,7 @@ struct AccVec : AccVecBase<16> {
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fma(V acc, V a, V b) { return _mm512_fmadd_ps(a, b, acc); }
   static float hsum(V a) {  // 16 -> 8 -> 4, then hsum4
-#if defined(__AVX512DQ__)
+#if defined(OP_AVX512)
     const __m256 hi = _mm512_extractf32x8_ps(a, 1);
 #else
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
@@ -442,7 +456,7 @@ struct AccVec : AccVecBase<16> {
   template <bool kStream = false, bool kNative = false>
   static void store_bf16(uint16_t* p, V x) {
     if constexpr (kNative) {
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
       store_u16<kStream>(p, (__m256i)_mm512_cvtneps_pbh(x));
 #else
       static_assert(!kNative, "native bf16 needs a translation unit built with -mavx512bf16");
@@ -486,14 +500,14 @@ struct AccVec : AccVecBase<16> {
 template <bool kNative>
 inline void cvt_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
   if constexpr (kNative) {
     for (; i + 16 <= n; i += 16)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                           (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
   }
 #endif
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
   for (; i + 16 <= n; i += 16)  // NaN kept quiet, as float_to_bf16 (a bare rounding add turns some into inf or 0)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), AccVec::bf16_bits(_mm512_loadu_ps(src + i)));
 #endif
@@ -502,7 +516,7 @@ inline void cvt_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
 
 inline void cvt_bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
   for (; i + 16 <= n; i += 16) {
     const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
     _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
@@ -521,7 +535,7 @@ inline void cvt_bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 
 inline void cvt_f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
 #elif defined(__F16C__)
@@ -533,7 +547,7 @@ inline void cvt_f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 
 inline void cvt_f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__)
+#if defined(OP_AVX512)
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                         _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -588,7 +602,7 @@ inline void transpose_bytes(const uint8_t* src, int64_t lds, int64_t rows, int64
 // (b == nullptr means a row of zeros). This is the bf16 pair ("VNNI") packing of B operands.
 inline void interleave_u16(const uint16_t* a, const uint16_t* b, uint16_t* dst, int64_t n) {
   int64_t c = 0;
-#if defined(__AVX512BW__)
+#if defined(OP_AVX512)
   const __m512i idx = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
                                         0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
                                         0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);

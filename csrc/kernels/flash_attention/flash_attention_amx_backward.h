@@ -31,7 +31,7 @@
 #include "kernels/flash_attention/flash_attention_common.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
 namespace op_plugin {
 namespace OP_ISA_NS {
 namespace fa {
@@ -424,4 +424,4 @@ struct AmxBackward {
 }  // namespace fa
 }  // namespace OP_ISA_NS
 }  // namespace op_plugin
-#endif  // __AVX512BF16__
+#endif  // OP_AVX512_BF16

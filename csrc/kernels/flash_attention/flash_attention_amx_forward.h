@@ -27,7 +27,7 @@
 #include "kernels/flash_attention/flash_attention_common.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
 namespace op_plugin {
 namespace OP_ISA_NS {
 namespace fa {
@@ -297,4 +297,4 @@ struct AmxForward {
 }  // namespace fa
 }  // namespace OP_ISA_NS
 }  // namespace op_plugin
-#endif  // __AVX512BF16__
+#endif  // OP_AVX512_BF16

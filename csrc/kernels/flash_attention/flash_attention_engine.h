@@ -75,7 +75,7 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
     else
       run_small_forward<OpsF32>(p, plan, ws, out_kind);
   } else
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
   if (plan.compute == flash::Compute::kBf16Amx) {
     {
       OP_PROFILE_SCOPE(kPack);
@@ -142,7 +142,7 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
     else
       run_small_backward<OpsF32>(p, plan, out_kind, ws);
   } else
-#if defined(__AVX512BF16__)
+#if defined(OP_AVX512_BF16)
   if (plan.compute == flash::Compute::kBf16Amx) {
     {
       OP_PROFILE_SCOPE(kPack);
