@@ -76,8 +76,10 @@ def isa_flags(isa: str) -> str:
 
         # -O1: the model's flash unit compiles in 40 s instead of 150 (the tests' time is their
         # references'); at -O1 GCC cannot see that the dropout lanes are set before they are read.
+        # -fwrapv: SIMDe's portable integer lanes are C ints, whose overflow must wrap as the
+        # instructions' lanes do (else it is UB, and UBSan reports it inside SIMDe).
         simde = shlex.quote(simde_py.get_include())
-        return (f"{ISA_FLAGS['avx2']} -DOP_PLUGIN_AVX512_MODEL -isystem {simde} -O1 -Wno-psabi "
+        return (f"{ISA_FLAGS['avx2']} -DOP_PLUGIN_AVX512_MODEL -isystem {simde} -O1 -fwrapv -Wno-psabi "
                 "-Wno-maybe-uninitialized")
     return ISA_FLAGS.get(isa, "")
 
