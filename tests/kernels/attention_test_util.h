@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -98,3 +101,53 @@ static double tol_of(opDataType dt) {
     default: return 2.5e-2;
   }
 }
+
+// ---- random valid calls (property-based cases beside the hand-picked ones) -------------------
+// OP_PLUGIN_KERNEL_TEST_RANDOM sets how many a test draws (default 16), OP_PLUGIN_KERNEL_TEST_SEED
+// the seed (default 1; the test prints it, to replay a failure).
+struct RandomDraw {
+  std::mt19937_64 rng;
+  int count;
+  uint64_t seed;
+  RandomDraw() {
+    const char* count_env = std::getenv("OP_PLUGIN_KERNEL_TEST_RANDOM");
+    const char* seed_env = std::getenv("OP_PLUGIN_KERNEL_TEST_SEED");
+    count = count_env ? std::atoi(count_env) : 16;
+    seed = seed_env ? std::strtoull(seed_env, nullptr, 10) : 1;
+    rng.seed(seed);
+    std::printf("random cases: %d, seed %llu\n", count, static_cast<unsigned long long>(seed));
+  }
+  int64_t pick(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+  bool one_in(int64_t n) { return pick(0, n - 1) == 0; }
+  // A sequence length: uniform, or at and around the engines' tile edges (vector blocks of 64
+  // query rows and 96 keys, AMX strips of 32 rows, decode sizes).
+  int64_t length() {
+    static const int64_t edges[] = {1, 2, 4, 5, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 129, 191, 192, 193};
+    return one_in(3) ? pick(1, 200) : edges[pick(0, static_cast<int64_t>(sizeof edges / sizeof edges[0]) - 1)];
+  }
+  // A key count: as length(), but never 1. Rows that all see one key have P = 1 and dS = 0, so dK
+  // is exactly 0, and the float rounding of dP - Delta summed over the rows has nothing to be
+  // compared with (a rounding artefact of the comparison's scale, found at S2 = 1, not a bug).
+  int64_t key_length() {
+    const int64_t n = length();
+    return n == 1 ? 2 : n;
+  }
+  // A head dim, and a value head dim at most that.
+  int64_t head_dim() {
+    static const int64_t dims[] = {1, 7, 16, 32, 40, 64, 128};
+    return dims[pick(0, 6)];
+  }
+  int64_t value_dim(int64_t D) { return one_in(2) ? D : pick(1, D); }
+  // TND per-sequence lengths of a batch of 1-4: some sequences empty, never all of them (T > 0).
+  std::vector<int64_t> tnd_lengths(int64_t B, bool keys) {
+    std::vector<int64_t> l;
+    for (int64_t b = 0; b < B; ++b) l.push_back(one_in(6) ? 0 : keys ? key_length() : length());
+    if (std::accumulate(l.begin(), l.end(), int64_t(0)) == 0) l[0] = keys ? key_length() : length();
+    return l;
+  }
+  // seqused of a sequence of n rows (keys: 0 or at least 2).
+  int64_t used(int64_t n, bool keys) {
+    const int64_t u = pick(0, n);
+    return keys && u == 1 ? 0 : u;
+  }
+};

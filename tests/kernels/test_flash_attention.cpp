@@ -38,7 +38,16 @@ static std::string describe(const Case& c, opDataType dt) {
                 c.layout.c_str(), (long)c.B, (long)c.N1, (long)c.N2, (long)c.D, (long)c.Dv, (long)c.S1, (long)c.S2,
                 (long)c.mode, (long)c.wl, (long)c.wr, (int)c.sinks, (int)(!c.used_q.empty() || !c.used_kv.empty()),
                 dtype_name(dt));
-  return buf;
+  std::string d = buf;
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string t;
+    for (int64_t x : v) t += (t.empty() ? "" : ",") + std::to_string(x);
+    return "[" + t + "]";
+  };
+  if (c.layout == "TND") d += " lq=" + list(c.lq) + " lkv=" + list(c.lkv);
+  if (!c.used_q.empty()) d += " used_q=" + list(c.used_q) + " used_kv=" + list(c.used_kv);
+  if (!c.out_layout.empty()) d += " out=" + c.out_layout;
+  return d + " scale=" + std::to_string(c.scale);
 }
 
 struct Geometry {
@@ -454,6 +463,47 @@ static std::vector<Case> cases() {
   return cs;
 }
 
+// Valid calls drawn across the feature space (RandomDraw): layout (BNSD may give BSND out),
+// GQA/MQA, Dv <= D, lengths at the tile edges and decode sizes, every mask mode with random
+// windows, sinks, seqused, TND with empty sequences.
+static std::vector<Case> random_cases(RandomDraw& r) {
+  std::vector<Case> cs;
+  for (int i = 0; i < r.count; ++i) {
+    Case c;
+    const int64_t layout = r.pick(0, 2);
+    c.layout = layout == 0 ? "BSND" : layout == 1 ? "BNSD" : "TND";
+    if (layout == 1 && r.one_in(3)) c.out_layout = "BSND";
+    c.D = r.head_dim();
+    c.Dv = r.value_dim(c.D);
+    c.N2 = r.pick(1, 3);
+    c.N1 = c.N2 * r.pick(1, 3);
+    if (layout == 2) {
+      const int64_t B = r.pick(1, 4);
+      c.lq = r.tnd_lengths(B, false);
+      c.lkv = r.tnd_lengths(B, true);
+    } else {
+      c.B = r.pick(1, 3);
+      c.S1 = r.length();
+      c.S2 = r.one_in(3) && c.S1 > 1 ? c.S1 : r.key_length();
+    }
+    const int64_t B = layout == 2 ? static_cast<int64_t>(c.lq.size()) : c.B;
+    if (r.one_in(5))
+      for (int64_t b = 0; b < B; ++b) {
+        c.used_q.push_back(r.used(layout == 2 ? c.lq[b] : c.S1, false));
+        c.used_kv.push_back(r.used(layout == 2 ? c.lkv[b] : c.S2, true));
+      }
+    c.mode = std::vector<int64_t>{0, 3, 4}[r.pick(0, 2)];
+    if (c.mode == 4) {
+      c.wl = r.pick(-1, 40);
+      c.wr = r.pick(-1, 40);
+    }
+    c.sinks = r.one_in(4);
+    c.scale = 0.05 + 0.05 * static_cast<double>(r.pick(0, 8));
+    cs.push_back(c);
+  }
+  return cs;
+}
+
 static int run_all_here() {
   opSetParallelBackend(&g_backend);
   std::printf("ISA %s\n", isa_name(active_isa()));
@@ -467,6 +517,15 @@ static int run_all_here() {
       // every case in float and bf16; float16 / float64 on every other case to stay fast
       if ((dt == OP_DT_FLOAT16 || dt == OP_DT_DOUBLE) && (i % 2) != 0) continue;
       run_case(cs[i], dt, dt == OP_DT_FLOAT || (i % 3) == 0, seed++);
+    }
+  }
+  RandomDraw draw;
+  const std::vector<Case> rs = random_cases(draw);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    // float and bf16 always, float16 / float64 every fourth; threads checked every third
+    for (opDataType dt : dts) {
+      if ((dt == OP_DT_FLOAT16 || dt == OP_DT_DOUBLE) && (i % 4) != 0) continue;
+      run_case(rs[i], dt, (i % 3) == 0, seed++);
     }
   }
   std::printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -39,6 +39,7 @@ struct Case {
   MaskKind mask = kNoMask;
   bool pse = false, pse_b1 = false, pse_n1 = false, pse_i1 = false;  // broadcast dims of pse
   bool sink = false;
+  double sink_bias = 0.0;        // added to the random sink logits
   double scale = 0.2, keep_prob = 1.0;
   uint64_t seed = 0, offset = 0;
 };
@@ -159,7 +160,7 @@ static Inputs make_inputs(const Case& c, opDataType dt, uint32_t seed) {
   }
   if (c.sink) {
     in.sink = make_buf(OP_DT_FLOAT, {c.N1});
-    for (int64_t n = 0; n < c.N1; ++n) set(in.sink, n, nd(rng));
+    for (int64_t n = 0; n < c.N1; ++n) set(in.sink, n, nd(rng) + c.sink_bias);
   }
   return in;
 }
@@ -590,6 +591,9 @@ static std::vector<Case> cases() {
   { Case c; c.S1 = 65; c.S2 = 95; c.mask = k11SS; c.pre = 10; c.next = -2; add(c); }
   { Case c; c.S1 = 120; c.S2 = 100; c.mask = kSS; c.pre = -3; c.next = kInf; add(c); }
   { Case c; c.S1 = 100; c.S2 = 130; c.mask = kSS; c.pre = 0; c.next = 0; c.sink = true; add(c); }           // many empty rows
+  // a sink 40 above every logit: rows with keys keep m = sink, l = 1 in float, as rows whose keys
+  // are all masked do, yet only the latter are empty (max -FLT_MAX, sum FLT_MAX)
+  { Case c; c.B = 2; c.S1 = 33; c.S2 = 3; c.mask = kB1SS; c.pre = kInf; c.next = kInf; c.sink = true; c.sink_bias = 40; add(c); }
   // layouts, GQA, Dv < D
   { Case c; c.layout = "BSH"; c.B = 2; c.N1 = 4; c.N2 = 1; c.D = 24; c.Dv = 16; c.S1 = 70; c.S2 = 90; c.mode = 4; c.mask = kTemplate; c.pre = 25; c.next = 2; add(c); }
   { Case c; c.layout = "SBH"; c.B = 3; c.N1 = 2; c.N2 = 2; c.D = 20; c.Dv = 12; c.S1 = 33; c.S2 = 40; c.mask = kBNSS; c.pre = 8; c.next = 8; add(c); }
@@ -663,6 +667,58 @@ static void test_forced_mode4() {
   run_case(c, OP_DT_FLOAT, false, 77);
 }
 
+// Valid calls drawn across the feature space (RandomDraw): every layout, GQA, Dv <= D, lengths at
+// the tile edges and decode sizes, sparse_mode 0 with each full-mask shape or none and 4 with the
+// template or none, pre/next unbounded, positive or negative, pse with random broadcast dims,
+// sinks, dropout, TND with empty and dropped sequences.
+static std::vector<Case> random_cases(RandomDraw& r) {
+  static const char* layouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND"};
+  static const MaskKind full_masks[] = {kNoMask, kBNSS, kB1SS, k11SS, kSS};
+  std::vector<Case> cs;
+  for (int i = 0; i < r.count; ++i) {
+    Case c;
+    c.layout = layouts[r.pick(0, 4)];
+    const bool tnd = c.layout == "TND";
+    c.D = r.head_dim();
+    c.Dv = r.value_dim(c.D);
+    c.N2 = r.pick(1, 3);
+    c.N1 = c.N2 * r.pick(1, 3);
+    if (tnd) {
+      const int64_t B = r.pick(1, 4);
+      c.lq = r.tnd_lengths(B, false);
+      c.lkv = r.tnd_lengths(B, true);
+      c.trailing_zeros = static_cast<int>(r.pick(0, B - 1));
+    } else {
+      c.B = r.pick(1, 3);
+      c.S1 = r.length();
+      c.S2 = r.one_in(3) && c.S1 > 1 ? c.S1 : r.key_length();
+    }
+    c.mode = r.one_in(2) ? 0 : 4;
+    if (c.mode == 4) c.mask = r.one_in(4) ? kNoMask : kTemplate;
+    else c.mask = tnd ? (r.one_in(2) ? kNoMask : kSS) : full_masks[r.pick(0, 4)];
+    auto bound = [&]() { return r.one_in(3) ? kInf : r.pick(-10, 50); };
+    do {  // a band of negative width masks every key: rejected (pre + next >= 0)
+      c.pre = bound();
+      c.next = bound();
+    } while (c.pre + c.next < 0);
+    c.pse = r.one_in(3);
+    if (c.pse) {
+      c.pse_b1 = r.one_in(2);
+      c.pse_n1 = r.one_in(2);
+      c.pse_i1 = r.one_in(3);
+    }
+    c.sink = r.one_in(4);
+    if (r.one_in(4)) {
+      c.keep_prob = 0.5 + 0.1 * static_cast<double>(r.pick(0, 4));
+      c.seed = static_cast<uint64_t>(r.pick(0, 1000));
+      c.offset = static_cast<uint64_t>(r.pick(0, 1)) << 33;
+    }
+    c.scale = 0.05 + 0.05 * static_cast<double>(r.pick(0, 8));
+    cs.push_back(c);
+  }
+  return cs;
+}
+
 static int run_all_here() {
   opSetParallelBackend(&g_backend);
   std::printf("ISA %s\n", isa_name(active_isa()));
@@ -677,6 +733,15 @@ static int run_all_here() {
       // every case in float and bf16; float16 / float64 on every other case to stay fast
       if ((dt == OP_DT_FLOAT16 || dt == OP_DT_DOUBLE) && (i % 2) != 0) continue;
       run_case(cs[i], dt, dt == OP_DT_FLOAT || (i % 3) == 0, seed++);
+    }
+  }
+  RandomDraw draw;
+  const std::vector<Case> rs = random_cases(draw);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    // float and bf16 always, float16 / float64 every fourth; threads checked every third
+    for (opDataType dt : dts) {
+      if ((dt == OP_DT_FLOAT16 || dt == OP_DT_DOUBLE) && (i % 4) != 0) continue;
+      run_case(rs[i], dt, (i % 3) == 0, seed++);
     }
   }
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
