@@ -16,6 +16,8 @@
 #   OP_PLUGIN_KERNEL_TESTS     only build and run tests whose name contains one of these
 #                              (space-separated) strings
 #   CXX, JOBS, PYTHON          test compiler (g++), parallel jobs (nproc), python running the build
+#   OP_PLUGIN_KERNEL_TEST_RANDOM, OP_PLUGIN_KERNEL_TEST_SEED  how many random valid calls the flash
+#                              and swa tests draw (16), and their seed (1): attention_test_util.h
 #   OP_PLUGIN_SANITIZE=1       library and tests with ASan+UBSan (build.py's SANITIZE_FLAGS), in
 #                              build/kernels-sanitize and build/kernel_tests-sanitize by default;
 #                              set ASAN_OPTIONS (e.g. detect_leaks=1) as ci/sanitize.sh does

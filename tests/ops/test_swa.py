@@ -244,6 +244,24 @@ def test_fully_masked_rows() -> None:
     check_against_reference(layout, N, x, opts, torch.float64)
 
 
+def test_a_sink_far_above_every_logit_leaves_rows_with_keys_non_empty() -> None:
+    # The keys' weights fall under float32's epsilon against the sink, so the running max and sum
+    # stay at the sink's (m = sink, l = 1), as in a row whose keys are all masked; only those rows
+    # are empty (the kernel tests' random cases found the two confused).
+    layout, N, x, opts = _case(SHAPES[3], MASKS[2], torch.float32, seed=7)
+    mask = torch.zeros(1, 1, 64, 95, dtype=torch.bool)
+    mask[..., 10:20, :] = True
+    opts["atten_mask"] = mask
+    opts["sink"] = torch.full((N,), 40.0)
+    out, smax, ssum = forward(x, layout, N, **opts)[:3]
+    empty = torch.zeros(64, dtype=torch.bool)
+    empty[10:20] = True
+    assert bool((smax[:, :, empty] == -FLT_MAX).all()) and bool((ssum[:, :, empty] == FLT_MAX).all())
+    torch.testing.assert_close(smax[:, :, ~empty], torch.full_like(smax[:, :, ~empty], 40.0))
+    torch.testing.assert_close(ssum[:, :, ~empty], torch.ones_like(ssum[:, :, ~empty]))
+    check_against_reference(layout, N, x, opts, torch.float32)
+
+
 @pytest.mark.parametrize("case", [(SHAPES[0], MASKS[3]), (SHAPES[1], MASKS[7]), (SHAPES[4], MASKS[8])],
                          ids=lambda c: _shape_id(c[0]) if isinstance(c, tuple) else str(c))
 def test_gradcheck(case) -> None:
