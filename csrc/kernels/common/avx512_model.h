@@ -128,7 +128,8 @@ inline Vec maskz_load(Mask k, const void* p) {
   constexpr int kLanes = static_cast<int>(sizeof(Vec)) / kLaneBytes;
   unsigned char x[sizeof(Vec)] = {};
   for (int i = 0; i < kLanes; ++i)
-    if ((static_cast<uint64_t>(k) >> i) & 1u) std::memcpy(x + kLaneBytes * i, static_cast<const char*>(p) + kLaneBytes * i, kLaneBytes);
+    if ((static_cast<uint64_t>(k) >> i) & 1u)
+      std::memcpy(x + kLaneBytes * i, static_cast<const char*>(p) + kLaneBytes * i, kLaneBytes);
   Vec v;
   std::memcpy(&v, x, sizeof(Vec));
   return v;
@@ -139,7 +140,8 @@ inline void mask_store(void* p, Mask k, const Vec& v) {
   unsigned char x[sizeof(Vec)];
   std::memcpy(x, &v, sizeof(Vec));
   for (int i = 0; i < kLanes; ++i)
-    if ((static_cast<uint64_t>(k) >> i) & 1u) std::memcpy(static_cast<char*>(p) + kLaneBytes * i, x + kLaneBytes * i, kLaneBytes);
+    if ((static_cast<uint64_t>(k) >> i) & 1u)
+      std::memcpy(static_cast<char*>(p) + kLaneBytes * i, x + kLaneBytes * i, kLaneBytes);
 }
 
 // VPTESTMB: bit i set where byte i of a & b is not zero.
