@@ -151,3 +151,13 @@ struct RandomDraw {
     return keys && u == 1 ? 0 : u;
   }
 };
+
+// Runs each random case in float and bf16, and in float16 / float64 every fourth case, checking
+// 1 vs 2 threads bitwise every third: run(case, dtype, check_threads).
+template <class Case, class Run>
+static void run_random_cases(const std::vector<Case>& cs, Run run) {
+  const opDataType dts[] = {OP_DT_FLOAT, OP_DT_BF16, OP_DT_FLOAT16, OP_DT_DOUBLE};
+  for (size_t i = 0; i < cs.size(); ++i)
+    for (opDataType dt : dts)
+      if ((dt != OP_DT_FLOAT16 && dt != OP_DT_DOUBLE) || i % 4 == 0) run(cs[i], dt, i % 3 == 0);
+}

@@ -521,14 +521,9 @@ static int run_all_here() {
     }
   }
   RandomDraw draw;
-  const std::vector<Case> rs = random_cases(draw);
-  for (size_t i = 0; i < rs.size(); ++i) {
-    // float and bf16 always, float16 / float64 every fourth; threads checked every third
-    for (opDataType dt : dts) {
-      if ((dt == OP_DT_FLOAT16 || dt == OP_DT_DOUBLE) && (i % 4) != 0) continue;
-      run_case(rs[i], dt, (i % 3) == 0, seed++);
-    }
-  }
+  run_random_cases(random_cases(draw), [&](const Case& c, opDataType dt, bool check_threads) {
+    run_case(c, dt, check_threads, seed++);
+  });
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;
 }
