@@ -213,6 +213,7 @@ static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const B
 struct FwdResult {
   opStatus status = OP_SUCCESS;
   Buf out, lse;
+  uint64_t workspace = 0;
 };
 static const opTensor* opt(const Buf& b) { return b.t.data ? &b.t : nullptr; }
 
@@ -230,6 +231,7 @@ static FwdResult run_fwd(const Case& c, const Inputs& in, opDataType dt) {
                                        -1, -1, c.layout.c_str(), c.layout.c_str(), ol.c_str(), true, &r.out.t, &r.lse.t,
                                        &ws_size, &ex);
   if (r.status != OP_SUCCESS) return r;
+  r.workspace = ws_size;
   std::vector<unsigned char> ws(ws_size + 64);
   r.status = FlashAttn(ws.data(), ws_size, ex, nullptr);
   return r;
@@ -238,6 +240,7 @@ static FwdResult run_fwd(const Case& c, const Inputs& in, opDataType dt) {
 struct BwdResult {
   opStatus status = OP_SUCCESS;
   Buf dq, dk, dv;
+  uint64_t workspace = 0;
 };
 static BwdResult run_bwd(const Case& c, const Inputs& in, opDataType dt, const Buf& out, const Buf& lse, double scale) {
   BwdResult r;
@@ -256,6 +259,7 @@ static BwdResult run_bwd(const Case& c, const Inputs& in, opDataType dt, const B
                                            nullptr, scale, c.mode, c.wl, c.wr, -1, -1, L, L, L, &r.dq.t, &r.dk.t,
                                            &r.dv.t, &ws_size, &ex);
   if (r.status != OP_SUCCESS) return r;
+  r.workspace = ws_size;
   std::vector<unsigned char> ws(ws_size + 64);
   r.status = FlashAttnGrad(ws.data(), ws_size, ex, nullptr);
   return r;
@@ -353,6 +357,31 @@ static void test_no_lse() {
   if (st == OP_SUCCESS) st = FlashAttn(ws.data(), ws_size, ex, nullptr);
   EXPECT(st == OP_SUCCESS && out.bytes == ref.out.bytes && get(lse, 0) == 0.0,
          "return_softmax_lse=false: status %d, out equal %d, lse %g", st, (int)(out.bytes == ref.out.bytes), get(lse, 0));
+}
+
+// fp16 (computed in float at every level): the backward converts what each task reads into its
+// slot and stages no whole float32 copy of an input; the forward stages only k and v. A float32
+// copy of every input made the 16-bit backward's workspace 2x the size of its five inputs.
+static void test_converted_workspace() {
+  Case c;
+  c.layout = "BNSD";
+  c.N1 = c.N2 = 16;
+  c.S1 = c.S2 = 256;
+  c.D = c.Dv = 64;
+  g_threads = 1;
+  const uint64_t copy = static_cast<uint64_t>(c.N1 * c.S1 * c.D) * 4;  // one input as float32
+  Inputs in32 = make_inputs(c, OP_DT_FLOAT, 5), in16 = make_inputs(c, OP_DT_FLOAT16, 5);
+  FwdResult f32 = run_fwd(c, in32, OP_DT_FLOAT), f16 = run_fwd(c, in16, OP_DT_FLOAT16);
+  BwdResult b32 = run_bwd(c, in32, OP_DT_FLOAT, f32.out, f32.lse, c.scale);
+  BwdResult b16 = run_bwd(c, in16, OP_DT_FLOAT16, f16.out, f16.lse, c.scale);
+  EXPECT(f32.status == OP_SUCCESS && f16.status == OP_SUCCESS && b32.status == OP_SUCCESS && b16.status == OP_SUCCESS,
+         "converted workspace: status %d %d %d %d", f32.status, f16.status, b32.status, b16.status);
+  EXPECT(f16.workspace < f32.workspace + 2 * copy + copy / 2,
+         "fp16 forward workspace %llu against float32 %llu: more than k and v staged (one copy %llu)",
+         (unsigned long long)f16.workspace, (unsigned long long)f32.workspace, (unsigned long long)copy);
+  EXPECT(b16.workspace < b32.workspace + copy / 2,
+         "fp16 backward workspace %llu against float32 %llu: a whole input staged (one copy %llu)",
+         (unsigned long long)b16.workspace, (unsigned long long)b32.workspace, (unsigned long long)copy);
 }
 
 static void test_errors() {
@@ -510,6 +539,7 @@ static int run_all_here() {
   std::printf("ISA %s\n", isa_name(active_isa()));
   test_errors();
   test_no_lse();
+  test_converted_workspace();
   const opDataType dts[] = {OP_DT_FLOAT, OP_DT_BF16, OP_DT_FLOAT16, OP_DT_DOUBLE};
   const std::vector<Case> cs = cases();
   uint32_t seed = 7;

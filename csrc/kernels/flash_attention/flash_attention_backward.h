@@ -16,6 +16,7 @@
 #include "kernels/common/gemm_ukernel.h"
 #include "kernels/common/profile.h"
 #include "kernels/flash_attention/flash_attention_common.h"
+#include "kernels/flash_attention/flash_attention_staging.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
 namespace op_plugin {
@@ -106,28 +107,35 @@ struct Backward {
                                 (b * p.heads_q + n) * plan.dpse_rows * plan.dpse_cols
                           : nullptr;
 
-    const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + p.q_start[b] * p.q_row_stride +
-                 n * p.q_head_stride;
-    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
-                 h * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
-                 h * p.v_head_stride;
-    const T* o = static_cast<const T*>(p.out) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
-                 n * p.o_head_stride;
-    const T* dO = static_cast<const T*>(p.dout) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
-                  n * p.o_head_stride;
+    // Element offsets of this head's row 0. 16-bit inputs computed in float (plan.stage_convert)
+    // are converted here, the head's q and dout rows once and k / v per key tile, into the slot
+    // (flash_attention_staging.h); otherwise every row is read in place (or from a staged copy).
+    const int64_t q_off = b * p.q_batch_stride + p.q_start[b] * p.q_row_stride + n * p.q_head_stride;
+    const int64_t k_off = b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride;
+    const int64_t v_off = b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride;
+    const int64_t o_off = b * p.o_batch_stride + p.q_start[b] * p.o_row_stride + n * p.o_head_stride;
+    const bool convert = plan.stage_convert;
+    float* qrows = convert ? c.take<float>(sq * Dp) : nullptr;
+    float* dorows = convert ? c.take<float>(sq * Dvp) : nullptr;
+    float* krows = convert ? c.take<float>(Bc * Dp) : nullptr;
+    float* vrows = convert ? c.take<float>(Bc * Dvp) : nullptr;
+    int64_t q_ld = 0, do_ld = 0, k_ld = 0, v_ld = 0, o_ld = 0;
+    const T* q = nullptr;
+    const T* dO = nullptr;
 
     // ---- per-head preparation ------------------------------------------------------------
     {
       OP_PROFILE_SCOPE(kPack);
-      pack_transposed<T, KP>(q, p.q_row_stride, sq, S1p, D, qt, S1p * KP);
-      pack_transposed<T, KP>(dO, p.o_row_stride, sq, S1p, Dv, dot, S1p * KP);
+      q = task_rows<T>(convert, p.q, p.dtype, q_off, p.q_row_stride, sq, D, qrows, &q_ld);
+      dO = task_rows<T>(convert, p.dout, p.dtype, o_off, p.o_row_stride, sq, Dv, dorows, &do_ld);
+      pack_transposed<T, KP>(q, q_ld, sq, S1p, D, qt, S1p * KP);
+      pack_transposed<T, KP>(dO, do_ld, sq, S1p, Dv, dot, S1p * KP);
     }
     if (pairs) {
       OP_PROFILE_SCOPE(kPack);
-      pack_row_pairs(reinterpret_cast<const uint16_t*>(q), p.q_row_stride, sq, S1p, D,
+      pack_row_pairs(reinterpret_cast<const uint16_t*>(q), q_ld, sq, S1p, D,
                      reinterpret_cast<uint16_t*>(qpair), Dp);
-      pack_row_pairs(reinterpret_cast<const uint16_t*>(dO), p.o_row_stride, sq, S1p, Dv,
+      pack_row_pairs(reinterpret_cast<const uint16_t*>(dO), do_ld, sq, S1p, Dv,
                      reinterpret_cast<uint16_t*>(dopair), Dvp);
     }
     LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
@@ -138,8 +146,9 @@ struct Backward {
         const int64_t li = lse_base + i * p.lse_row_stride;
         lse2[i] = static_cast<S>((p.softmax_sum ? lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li)) * kLog2e);
         S d = S(0);
-        const T* orow = o + i * p.o_row_stride;
-        const T* drow = dO + i * p.o_row_stride;
+        // attn_out is read once, here: converting, one row at a time into tmp
+        const T* orow = task_rows<T>(convert, p.out, p.dtype, o_off + i * p.o_row_stride, 0, 1, Dv, tmp, &o_ld);
+        const T* drow = dO + i * do_ld;
         for (int64_t cc = 0; cc < Dv; ++cc) d += to_s(orow[cc]) * to_s(drow[cc]);
         delta[i] = d;
       } else {
@@ -164,11 +173,16 @@ struct Backward {
       for (int64_t i = 0; i < nc * Dp; ++i) dkacc[i] = S(0);
       for (int64_t i = 0; i < nc * Dvp; ++i) dvacc[i] = S(0);
       if (ilo <= ihi) {
-        const T* kt = k + j0 * p.k_row_stride;
-        const T* vt = v + j0 * p.v_row_stride;
+        const T* kt;
+        const T* vt;
+        {
+          OP_PROFILE_SCOPE(kPack);
+          kt = task_rows<T>(convert, p.k, p.dtype, k_off + j0 * p.k_row_stride, p.k_row_stride, nc, D, krows, &k_ld);
+          vt = task_rows<T>(convert, p.v, p.dtype, v_off + j0 * p.v_row_stride, p.v_row_stride, nc, Dv, vrows, &v_ld);
+        }
         if (pairs) {
           OP_PROFILE_SCOPE(kPack);
-          pack_row_pairs(reinterpret_cast<const uint16_t*>(kt), p.k_row_stride, nc, nc, D,
+          pack_row_pairs(reinterpret_cast<const uint16_t*>(kt), k_ld, nc, nc, D,
                          reinterpret_cast<uint16_t*>(kpair), Dp);
         }
         // Query tiles start at the first row that sees the key tile (even, for bf16 row pairs),
@@ -184,9 +198,9 @@ struct Backward {
           const int64_t row_hi = i0 + nr - 1;  // lanes past it are zeroed
           {
             OP_PROFILE_SCOPE(kGemm);
-            gemm<Ops>(ncq, Br, (D + KP - 1) / KP, kt, p.k_row_stride, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
+            gemm<Ops>(ncq, Br, (D + KP - 1) / KP, kt, k_ld, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
                     kOverwrite);
-            gemm<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, p.v_row_stride, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
+            gemm<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, v_ld, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
                       kOverwrite);
           }
           if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, ncq, c2, bias, mt);
@@ -263,12 +277,12 @@ struct Backward {
             const T* pa = reinterpret_cast<const T*>(sc);
             const T* da = reinterpret_cast<const T*>(dp);
             // dV[j] += sum_i P^T[j][i] dO[i];  dK[j] += sum_i dS^T[j][i] Q[i]
-            gemm<Ops>(ncq, Dv, nr, pa, Br, 1, dO + i0 * p.o_row_stride, p.o_row_stride, dvacc, Dvp, nullptr,
+            gemm<Ops>(ncq, Dv, nr, pa, Br, 1, dO + i0 * do_ld, do_ld, dvacc, Dvp, nullptr,
                       kAccumulate);
-            gemm<Ops>(ncq, D, nr, da, Br, 1, q + i0 * p.q_row_stride, p.q_row_stride, dkacc, Dp, nullptr,
+            gemm<Ops>(ncq, D, nr, da, Br, 1, q + i0 * q_ld, q_ld, dkacc, Dp, nullptr,
                       kAccumulate);
             // dQ[i] += sum_j dS^T[j][i] K[j]
-            gemm<Ops>(nr, D, ncq, da, 1, Br, kt, p.k_row_stride, dqacc + i0 * Dp, Dp, nullptr, kAccumulate);
+            gemm<Ops>(nr, D, ncq, da, 1, Br, kt, k_ld, dqacc + i0 * Dp, Dp, nullptr, kAccumulate);
           } else {
             OP_PROFILE_SCOPE(kGemm);
             const int64_t kr = (nr + 1) / 2;

@@ -18,6 +18,7 @@
 #include "kernels/common/gemm_ukernel.h"
 #include "kernels/common/profile.h"
 #include "kernels/flash_attention/flash_attention_common.h"
+#include "kernels/flash_attention/flash_attention_staging.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
 namespace op_plugin {
@@ -66,8 +67,7 @@ struct Forward {
       e_row0 = dropout_row0(p, b, n, i0);
     }
 
-    const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (p.q_start[b] + i0) * p.q_row_stride +
-                 n * p.q_head_stride;
+    const int64_t q_off = b * p.q_batch_stride + (p.q_start[b] + i0) * p.q_row_stride + n * p.q_head_stride;
     const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
                  h * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
@@ -75,7 +75,11 @@ struct Forward {
 
     {
       OP_PROFILE_SCOPE(kPack);
-      pack_transposed<T, KP>(q, p.q_row_stride, rows, Br, D, qt, Br * KP);
+      // 16-bit q computed in float: this block's rows converted here (flash_attention_staging.h)
+      float* qrows = plan.stage_convert ? c.take<float>(Br * pad16(D)) : nullptr;
+      int64_t q_ld = 0;
+      const T* q = task_rows<T>(plan.stage_convert, p.q, p.dtype, q_off, p.q_row_stride, rows, D, qrows, &q_ld);
+      pack_transposed<T, KP>(q, q_ld, rows, Br, D, qt, Br * KP);
     }
 
     const S c2 = static_cast<S>(p.scale * kLog2e);  // logits in log2 units

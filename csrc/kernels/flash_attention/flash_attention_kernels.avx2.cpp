@@ -1,4 +1,4 @@
-// Flash attention kernels, AVX2 + FMA level (bf16 / fp16 inputs are staged to float).
+// Flash attention kernels, AVX2 + FMA level (bf16 / fp16 inputs computed in float).
 #include "kernels/flash_attention/flash_attention_engine.h"
 
 namespace op_plugin {

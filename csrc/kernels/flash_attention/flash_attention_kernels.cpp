@@ -1,4 +1,4 @@
-// Flash attention kernels, portable level (GCC vector extensions; bf16 / fp16 staged to float).
+// Flash attention kernels, portable level (GCC vector extensions; bf16 / fp16 computed in float).
 #include "kernels/flash_attention/flash_attention_engine.h"
 
 namespace op_plugin {

@@ -209,6 +209,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += 3 * up(Br * ss);           // m, l, alpha
     slot += up((Dvp + Br) * 4);        // conversion scratch
     if (p.full_mask || p.pse) slot += up(Bc * Br * ss) + up(Bc * Br);  // additive mask / pse tile, mask bytes
+    if (plan->stage_convert) slot += up(Br * Dp * 4);  // the block's q rows, converted
   } else {
     const int64_t S1 = p.max_seqlen_q;
     const int64_t S1p = pad16(S1) + Br;  // columns of the transposed Q / dO panels
@@ -226,6 +227,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(Bc * (Dp + Dvp) * ss);    // dK, dV accumulators
     slot += up((Dp + Dvp) * 4);          // conversion scratch
     if (p.full_mask || p.pse) slot += up(Bc * Br * ss) + up(Bc * Br);  // additive mask / pse tile, mask bytes
+    if (plan->stage_convert)  // the head's q and dout rows, a key tile's k and v rows, converted
+      slot += up(S1 * Dp * 4) + up(S1 * Dvp * 4) + up(Bc * Dp * 4) + up(Bc * Dvp * 4);
   }
   WorkspaceLayout layout;
   plan->slot_bytes = static_cast<uint64_t>(slot);
@@ -233,7 +236,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   plan->stage_mask = 0;
   const bool tnd = plan->kv_batch_rows == 0;
   if (plan->stage_convert) {
-    plan->stage_mask = bwd ? 0x1f : 0x7;
+    // 16-bit inputs computed in float: the forward's k and v are read by every query block and
+    // staged once; the rest is converted by the task that reads it (flash_attention_staging.h).
+    plan->stage_mask = bwd ? 0 : 0x6;
   } else if (amx) {
     // nothing staged: the AMX forward reads q in place per task and packs k and v into tile
     // panels below; the AMX backward packs everything itself (stage_amx_backward)

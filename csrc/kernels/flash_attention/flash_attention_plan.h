@@ -69,8 +69,9 @@ struct Plan {
   Compute compute = Compute::kF32;
   bool small = false;  // the row kernels of flash_attention_small.h (kSmallRowsQ)
   // Staging: some inputs are first copied into head-major [B][N][rows][dim] ([N][T][dim] for
-  // TND) buffers in the workspace. `stage_convert`: every input is converted to float there
-  // (fp16, or bf16 without AVX512_BF16). Otherwise, on the fp32/fp64 paths, the operands read
+  // TND) buffers in the workspace. `stage_convert`: 16-bit inputs computed in float (fp16, or
+  // bf16 without AMX); the forward's k and v are converted there, everything else by the task
+  // that reads it (flash_attention_staging.h). Otherwise, on the fp32/fp64 paths, the operands read
   // as GEMM vector rows (v in the forward; q, k, attn_out/dout in the backward) are copied when
   // their rows are not contiguous (BSND/TND with several heads): rows N*D apart alias in L1
   // (4 KiB strides) and a 96-row tile would thrash it. O(S) memory, one pass. The broadcast-only

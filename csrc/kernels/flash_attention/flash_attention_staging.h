@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/simd.h"
 #include "kernels/flash_attention/flash_attention_common.h"
@@ -38,6 +39,38 @@ inline void stage_tensor(const void* src, opDataType sdt, int64_t bs, int64_t rs
   *nbs = nb > 1 || bs != 0 ? heads * rows * dim : 0;
   *nrs = dim;
   *nhs = rows * dim;
+}
+
+// The converting path (Plan::stage_convert, float compute for bf16 / fp16 inputs) for the rows a
+// task reads once: rows [0, rows) of a 16-bit tensor starting at element `offset` (row stride ld
+// elements), converted into dst (row stride ldd floats). The backward converts everything this
+// way and the forward its query block, so only the forward's k and v are staged whole (float32
+// copies of all five backward inputs took twice their own size of workspace).
+inline void convert_rows(const void* base, opDataType dt, int64_t offset, int64_t ld, int64_t rows, int64_t dim,
+                         float* dst, int64_t ldd) {
+  const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (dt == OP_DT_BF16)
+      cvt_bf16_to_f32(src + r * ld, dst + r * ldd, dim);
+    else
+      cvt_f16_to_f32(src + r * ld, dst + r * ldd, dim);
+  }
+}
+
+// Rows [0, rows) of an input as a task reads them (element `offset`, row stride ld): in place, or,
+// converting (T = float), through convert_rows into scratch (row stride pad16(dim)).
+template <class T>
+inline const T* task_rows(bool convert, const void* base, opDataType dt, int64_t offset, int64_t ld, int64_t rows,
+                          int64_t dim, float* scratch, int64_t* ld_out) {
+  if constexpr (std::is_same<T, float>::value) {
+    if (convert) {
+      convert_rows(base, dt, offset, ld, rows, dim, scratch, pad16(dim));
+      *ld_out = pad16(dim);
+      return scratch;
+    }
+  }
+  *ld_out = ld;
+  return static_cast<const T*>(base) + offset;
 }
 
 // bf16 forward: v of every (batch, kv head) as key-row pairs [pair row][Dvp][2] (odd tail and
