@@ -107,14 +107,14 @@ struct Backward {
                                 (b * p.heads_q + n) * plan.dpse_rows * plan.dpse_cols
                           : nullptr;
 
-    // Element offsets of this head's row 0. 16-bit inputs computed in float (plan.stage_convert)
-    // are converted here, the head's q and dout rows once and k / v per key tile, into the slot
-    // (flash_attention_staging.h); otherwise every row is read in place (or from a staged copy).
+    // Element offsets of this head's row 0. 16-bit inputs computed in float (plan.convert_in_tasks)
+    // are converted into the slot here, the head's q and dout rows once and k / v per key tile
+    // (flash_attention_staging.h); other inputs are read in place or from a staged copy.
     const int64_t q_off = b * p.q_batch_stride + p.q_start[b] * p.q_row_stride + n * p.q_head_stride;
     const int64_t k_off = b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride;
     const int64_t v_off = b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride;
     const int64_t o_off = b * p.o_batch_stride + p.q_start[b] * p.o_row_stride + n * p.o_head_stride;
-    const bool convert = plan.stage_convert;
+    const bool convert = plan.convert_in_tasks;
     float* qrows = convert ? c.take<float>(sq * Dp) : nullptr;
     float* dorows = convert ? c.take<float>(sq * Dvp) : nullptr;
     float* krows = convert ? c.take<float>(Bc * Dp) : nullptr;

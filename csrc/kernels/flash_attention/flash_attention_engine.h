@@ -5,7 +5,7 @@
 // The engine's parts, one job per file:
 //   flash_attention_common.h        output stores, lse access, packing, scratch, task runner
 //   flash_attention_swa_features.h  swa's pse / full mask / dropout as compile-time features
-//   flash_attention_staging.h       head-major copies of strided or converted inputs
+//   flash_attention_staging.h       head-major copies of strided inputs, 16-bit rows converted
 //   flash_attention_forward.h       forward tile loop (vector dataflow)
 //   flash_attention_backward.h      backward tile loop (vector dataflow)
 //   flash_attention_small.h         row kernels for few query rows (decode), every dtype
@@ -57,7 +57,7 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
   const int out_kind = out_kind_of(p0.dtype);
   if (plan.stage_mask) {
     const void* unused = nullptr;
-    if (plan.stage_convert || plan.compute == flash::Compute::kF32)
+    if (plan.compute == flash::Compute::kF32)
       stage_inputs<float>(p0, nullptr, nullptr, plan, ws, &p, &unused, &unused);
     else if (plan.compute == flash::Compute::kF64)
       stage_inputs<double>(p0, nullptr, nullptr, plan, ws, &p, &unused, &unused);
@@ -118,7 +118,7 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
   if (plan.stage_mask) {
     const void* out_s = p0.out;
     const void* dout_s = p0.dout;
-    if (plan.stage_convert || plan.compute == flash::Compute::kF32)
+    if (plan.compute == flash::Compute::kF32)
       stage_inputs<float>(p0, p0.out, p0.dout, plan, ws, &p, &out_s, &dout_s);
     else if (plan.compute == flash::Compute::kF64)
       stage_inputs<double>(p0, p0.out, p0.dout, plan, ws, &p, &out_s, &dout_s);

@@ -193,7 +193,7 @@ inline void set_lse(const opTensor& lse, Layout layout, FlashAttnFwdParams* p) {
 
 // Chooses the compute path for the dtype and head dims on the active ISA.
 inline void choose_compute(opDataType dt, int64_t D, int64_t Dv, Plan* plan) {
-  plan->stage_convert = false;
+  plan->convert_in_tasks = false;
   if (dt == OP_DT_DOUBLE) {
     plan->compute = Compute::kF64;
   } else if (dt == OP_DT_FLOAT) {
@@ -208,7 +208,7 @@ inline void choose_compute(opDataType dt, int64_t D, int64_t Dv, Plan* plan) {
     // vdpbf16ps runs at half the fp32 FMA rate (Intel): converting to float32 measured as fast
     // (dense forward) to 1.9x faster (causal backward) than the pairs there (docs/decisions.md).
     plan->compute = Compute::kF32;
-    plan->stage_convert = true;
+    plan->convert_in_tasks = true;
   }
 }
 

@@ -67,18 +67,21 @@ struct Forward {
       e_row0 = dropout_row0(p, b, n, i0);
     }
 
+    // Element offsets of the block's first query row and of the head's key 0. 16-bit inputs
+    // computed in float (plan.convert_in_tasks) are converted into the slot here, the block's q
+    // rows once and k / v per key tile (flash_attention_staging.h); other inputs are read in
+    // place or from a staged copy.
     const int64_t q_off = b * p.q_batch_stride + (p.q_start[b] + i0) * p.q_row_stride + n * p.q_head_stride;
-    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
-                 h * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
-                 h * p.v_head_stride;
-
+    const int64_t k_off = b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride;
+    const int64_t v_off = b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride;
+    const bool convert = plan.convert_in_tasks;
+    float* qrows = convert ? c.take<float>(Br * pad16(D)) : nullptr;
+    float* krows = convert ? c.take<float>(Bc * pad16(D)) : nullptr;
+    float* vrows = convert ? c.take<float>(Bc * Dvp) : nullptr;
     {
       OP_PROFILE_SCOPE(kPack);
-      // 16-bit q computed in float: this block's rows converted here (flash_attention_staging.h)
-      float* qrows = plan.stage_convert ? c.take<float>(Br * pad16(D)) : nullptr;
       int64_t q_ld = 0;
-      const T* q = task_rows<T>(plan.stage_convert, p.q, p.dtype, q_off, p.q_row_stride, rows, D, qrows, &q_ld);
+      const T* q = task_rows<T>(convert, p.q, p.dtype, q_off, p.q_row_stride, rows, D, qrows, &q_ld);
       pack_transposed<T, KP>(q, q_ld, rows, Br, D, qt, Br * KP);
     }
 
@@ -113,12 +116,20 @@ struct Forward {
         if (KP == 2) x = imin(nc, (x + 1) & ~int64_t(1));
         ncv[iv] = x;
       }
+      int64_t k_ld = 0, v_ld = 0;
+      const T* kt;
+      const T* vt;
+      {
+        OP_PROFILE_SCOPE(kPack);
+        kt = task_rows<T>(convert, p.k, p.dtype, k_off + j0 * p.k_row_stride, p.k_row_stride, nc, D, krows, &k_ld);
+        vt = task_rows<T>(convert, p.v, p.dtype, v_off + j0 * p.v_row_stride, p.v_row_stride, nc, Dv, vrows, &v_ld);
+      }
       // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]: keys [ncv[iv-1], ncv[iv]) for lanes iv*W.. only
       for (int iv = 0, done = 0; iv < NVQ; ++iv) {
         if (ncv[iv] <= done) continue;
         OP_PROFILE_SCOPE(kGemm);
-        gemm<Ops>(ncv[iv] - done, Br - iv * W, (D + KP - 1) / KP, k + (j0 + done) * p.k_row_stride, p.k_row_stride,
-                  KP, qt + iv * W * KP, Br * KP, sc + done * Br + iv * W, Br, nullptr, kOverwrite);
+        gemm<Ops>(ncv[iv] - done, Br - iv * W, (D + KP - 1) / KP, kt + done * k_ld, k_ld, KP, qt + iv * W * KP,
+                  Br * KP, sc + done * Br + iv * W, Br, nullptr, kOverwrite);
         done = static_cast<int>(ncv[iv]);
       }
       if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias, mt);
@@ -181,8 +192,7 @@ struct Forward {
         const int mode = first ? kAccumulate : kScaleAccumulate;
         if (KP == 1) {
           // P^T in place as broadcast operand, V rows in place
-          gemm<Ops>(r1 - r0, Dv, kc, reinterpret_cast<const T*>(sc) + r0, 1, Br, v + j0 * p.v_row_stride,
-                    p.v_row_stride, arows, Dvp, rs, mode);
+          gemm<Ops>(r1 - r0, Dv, kc, reinterpret_cast<const T*>(sc) + r0, 1, Br, vt, v_ld, arows, Dvp, rs, mode);
         } else {
           // bf16: P in pairs (written above); V read from the staged key-row pairs.
           gemm<Ops>(r1 - r0, Dv, (kc + 1) / 2, pp + 2 * r0, 2, 2 * Br, vpairs + j0 * Dvp, 2 * Dvp, arows, Dvp, rs,

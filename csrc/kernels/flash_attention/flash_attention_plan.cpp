@@ -57,7 +57,7 @@ int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64
 // partials; the row scratch (and the backward's dK | dV accumulators) per slot.
 bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, PlanStorage* storage, Plan* plan) {
   plan->small = true;
-  plan->stage_convert = false;
+  plan->convert_in_tasks = false;
   plan->stage_mask = 0;
   plan->bwd_chunks = 1;
   plan->vpair_rows = plan->panel_rows = plan->bkv_rows = plan->bq_rows = plan->dq_rows = plan->partial_rows = 0;
@@ -209,7 +209,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += 3 * up(Br * ss);           // m, l, alpha
     slot += up((Dvp + Br) * 4);        // conversion scratch
     if (p.full_mask || p.pse) slot += up(Bc * Br * ss) + up(Bc * Br);  // additive mask / pse tile, mask bytes
-    if (plan->stage_convert) slot += up(Br * Dp * 4);  // the block's q rows, converted
+    if (plan->convert_in_tasks)  // the block's q rows, a key tile's k and v rows, converted
+      slot += up(Br * Dp * 4) + up(Bc * Dp * 4) + up(Bc * Dvp * 4);
   } else {
     const int64_t S1 = p.max_seqlen_q;
     const int64_t S1p = pad16(S1) + Br;  // columns of the transposed Q / dO panels
@@ -227,7 +228,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(Bc * (Dp + Dvp) * ss);    // dK, dV accumulators
     slot += up((Dp + Dvp) * 4);          // conversion scratch
     if (p.full_mask || p.pse) slot += up(Bc * Br * ss) + up(Bc * Br);  // additive mask / pse tile, mask bytes
-    if (plan->stage_convert)  // the head's q and dout rows, a key tile's k and v rows, converted
+    if (plan->convert_in_tasks)  // the head's q and dout rows, a key tile's k and v rows, converted
       slot += up(S1 * Dp * 4) + up(S1 * Dvp * 4) + up(Bc * Dp * 4) + up(Bc * Dvp * 4);
   }
   WorkspaceLayout layout;
@@ -235,10 +236,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
   plan->stage_mask = 0;
   const bool tnd = plan->kv_batch_rows == 0;
-  if (plan->stage_convert) {
-    // 16-bit inputs computed in float: the forward's k and v are read by every query block and
-    // staged once; the rest is converted by the task that reads it (flash_attention_staging.h).
-    plan->stage_mask = bwd ? 0 : 0x6;
+  if (plan->convert_in_tasks) {
+    // 16-bit inputs computed in float: nothing staged, each task converts the rows it reads
+    // (flash_attention_staging.h)
   } else if (amx) {
     // nothing staged: the AMX forward reads q in place per task and packs k and v into tile
     // panels below; the AMX backward packs everything itself (stage_amx_backward)
@@ -259,7 +259,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     // slower (TND fp32 fwd+bwd ~2%, BSND bf16 swa band ~6%).
     if (p.o_row_stride != Dv) plan->stage_mask |= (1 << 3) | (1 << 4);
   }
-  const int64_t stage_es = plan->stage_convert ? 4 : static_cast<int64_t>(dtype_size(p.dtype));
+  const int64_t stage_es = static_cast<int64_t>(dtype_size(p.dtype));
   for (int t = 0; t < 5; ++t) {
     plan->stage_numel[t] = (plan->stage_mask >> t) & 1 ? numel[t] : 0;
     plan->stage_offset[t] =

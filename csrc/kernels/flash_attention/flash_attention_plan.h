@@ -68,16 +68,16 @@ inline int64_t small_rows_bytes(int64_t D, int64_t Dv, int64_t max_skv, int64_t 
 struct Plan {
   Compute compute = Compute::kF32;
   bool small = false;  // the row kernels of flash_attention_small.h (kSmallRowsQ)
+  // `convert_in_tasks`: 16-bit inputs computed in float (fp16, or bf16 without AMX); each task
+  // converts the rows it reads into its slot and nothing is staged (flash_attention_staging.h).
   // Staging: some inputs are first copied into head-major [B][N][rows][dim] ([N][T][dim] for
-  // TND) buffers in the workspace. `stage_convert`: 16-bit inputs computed in float (fp16, or
-  // bf16 without AMX); the forward's k and v are converted there, everything else by the task
-  // that reads it (flash_attention_staging.h). Otherwise, on the fp32/fp64 paths, the operands read
+  // TND) buffers in the workspace. On the fp32/fp64 paths, the operands read
   // as GEMM vector rows (v in the forward; q, k, attn_out/dout in the backward) are copied when
   // their rows are not contiguous (BSND/TND with several heads): rows N*D apart alias in L1
   // (4 KiB strides) and a 96-row tile would thrash it. O(S) memory, one pass. The broadcast-only
   // operands (k in the forward, v in the backward) are copied for BSND but read in place for
   // TND (see make_plan).
-  bool stage_convert = false;
+  bool convert_in_tasks = false;
   int32_t stage_mask = 0;        // bit t: tensor t (q, k, v, out, dout) is staged
   int64_t slots = 1;             // per-thread scratch regions (= max_threads() at stage 1)
   const Task* tasks = nullptr;   // sorted by cost, descending

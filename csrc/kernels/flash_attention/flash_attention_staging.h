@@ -1,5 +1,6 @@
-// Input staging of the flash attention engine (torch-free): head-major copies of strided or
-// converted operands, and the bf16 forward's value rows as key-row pairs.
+// Input staging of the flash attention engine (torch-free): head-major copies of strided
+// operands, the bf16 forward's value rows as key-row pairs, and the rows a task converts from
+// 16-bit inputs computed in float.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -12,28 +13,19 @@ namespace op_plugin {
 namespace OP_ISA_NS {
 namespace fa {
 
-// Copies (and converts) one q/k/v-like tensor into a head-major buffer dst[b][n][r][:dim]
-// (TND: one "batch" of T rows). Returns the new strides through the pointers.
-template <class Dst>
-inline void stage_tensor(const void* src, opDataType sdt, int64_t bs, int64_t rs, int64_t hs, int64_t nb, int64_t rows,
-                         int64_t heads, int64_t dim, Dst* dst, int64_t* nbs, int64_t* nrs, int64_t* nhs) {
+// Copies one q/k/v-like tensor (elements of type T) into a head-major buffer dst[b][n][r][:dim]
+// (TND: one "batch" holding every token's row). Returns the new strides through the pointers.
+template <class T>
+inline void stage_tensor(const void* src, int64_t bs, int64_t rs, int64_t hs, int64_t nb, int64_t rows, int64_t heads,
+                         int64_t dim, T* dst, int64_t* nbs, int64_t* nrs, int64_t* nhs) {
   constexpr int64_t kRowChunk = 256;
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
-  const int64_t es = static_cast<int64_t>(sdt == OP_DT_DOUBLE ? 8 : sdt == OP_DT_FLOAT ? 4 : 2);
   op_plugin::parallel_for(0, nb * heads * chunks, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; ++it) {
       const int64_t c = it % chunks, n = (it / chunks) % heads, b = it / chunks / heads;
-      for (int64_t r = c * kRowChunk; r < imin(rows, (c + 1) * kRowChunk); ++r) {
-        const char* s = static_cast<const char*>(src) + (b * bs + r * rs + n * hs) * es;
-        Dst* d = dst + ((b * heads + n) * rows + r) * dim;
-        if (sizeof(Dst) == static_cast<size_t>(es)) {
-          std::memcpy(d, s, static_cast<size_t>(dim * es));
-        } else if (sdt == OP_DT_BF16) {
-          cvt_bf16_to_f32(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<float*>(d), dim);
-        } else {
-          cvt_f16_to_f32(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<float*>(d), dim);
-        }
-      }
+      for (int64_t r = c * kRowChunk; r < imin(rows, (c + 1) * kRowChunk); ++r)
+        std::memcpy(dst + ((b * heads + n) * rows + r) * dim, static_cast<const T*>(src) + b * bs + r * rs + n * hs,
+                    static_cast<size_t>(dim) * sizeof(T));
     }
   });
   *nbs = nb > 1 || bs != 0 ? heads * rows * dim : 0;
@@ -41,11 +33,11 @@ inline void stage_tensor(const void* src, opDataType sdt, int64_t bs, int64_t rs
   *nhs = rows * dim;
 }
 
-// The converting path (Plan::stage_convert, float compute for bf16 / fp16 inputs) for the rows a
-// task reads once: rows [0, rows) of a 16-bit tensor starting at element `offset` (row stride ld
-// elements), converted into dst (row stride ldd floats). The backward converts everything this
-// way and the forward its query block, so only the forward's k and v are staged whole (float32
-// copies of all five backward inputs took twice their own size of workspace).
+// 16-bit inputs computed in float (Plan::convert_in_tasks): rows [0, rows) of a bf16 / fp16
+// tensor starting at element `offset` (row stride ld elements), converted into dst (row stride
+// ldd floats). Each task converts the rows it reads (a block's q, a head's q and dout, a key
+// tile's k and v) into its slot; float32 copies of whole inputs took twice their own size of
+// workspace, and converting per task measured as fast.
 inline void convert_rows(const void* base, opDataType dt, int64_t offset, int64_t ld, int64_t rows, int64_t dim,
                          float* dst, int64_t ldd) {
   const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
@@ -94,7 +86,7 @@ inline void stage_vpairs(const FlashAttnFwdParams& p, const Plan& plan, void* ws
 }
 
 // Applies the plan's staging to the params (p0 -> p): tensors 0..4 = q, k, v, out, dout.
-template <class Dst>
+template <class T>
 inline void stage_inputs(const FlashAttnFwdParams& p0, const void* out0, const void* dout0, const Plan& plan, void* ws,
                          FlashAttnFwdParams* p, const void** out_staged, const void** dout_staged) {
   struct Item {
@@ -121,9 +113,9 @@ inline void stage_inputs(const FlashAttnFwdParams& p0, const void* out0, const v
     const int64_t bs = t == 4 ? saved_o[0] : *it.strides[0];
     const int64_t rs = t == 4 ? saved_o[1] : *it.strides[1];
     const int64_t hs = t == 4 ? saved_o[2] : *it.strides[2];
-    Dst* dst = reinterpret_cast<Dst*>(static_cast<char*>(ws) + plan.stage_offset[t]);
-    stage_tensor<Dst>(it.src, p0.dtype, t == 3 ? saved_o[0] : bs, t == 3 ? saved_o[1] : rs, t == 3 ? saved_o[2] : hs,
-                      nb, rows, it.heads, it.dim, dst, it.strides[0], it.strides[1], it.strides[2]);
+    T* dst = reinterpret_cast<T*>(static_cast<char*>(ws) + plan.stage_offset[t]);
+    stage_tensor<T>(it.src, t == 3 ? saved_o[0] : bs, t == 3 ? saved_o[1] : rs, t == 3 ? saved_o[2] : hs, nb, rows,
+                    it.heads, it.dim, dst, it.strides[0], it.strides[1], it.strides[2]);
     if (tnd) *it.strides[0] = 0;
     switch (t) {
       case 0: p->q = dst; break;
