@@ -119,7 +119,7 @@ struct Backward {
     float* dorows = convert ? c.take<float>(sq * Dvp) : nullptr;
     float* krows = convert ? c.take<float>(Bc * Dp) : nullptr;
     float* vrows = convert ? c.take<float>(Bc * Dvp) : nullptr;
-    int64_t q_ld = 0, do_ld = 0, k_ld = 0, v_ld = 0, o_ld = 0;
+    int64_t q_ld = 0, do_ld = 0, k_ld = 0, v_ld = 0;
     const T* q = nullptr;
     const T* dO = nullptr;
 
@@ -147,7 +147,7 @@ struct Backward {
         lse2[i] = static_cast<S>((p.softmax_sum ? lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li)) * kLog2e);
         S d = S(0);
         // attn_out is read once, here: converting, one row at a time into tmp
-        const T* orow = task_rows<T>(convert, p.out, p.dtype, o_off + i * p.o_row_stride, 0, 1, Dv, tmp, &o_ld);
+        const T* orow = task_rows<T>(convert, p.out, p.dtype, o_off + i * p.o_row_stride, 0, 1, Dv, tmp, nullptr);
         const T* drow = dO + i * do_ld;
         for (int64_t cc = 0; cc < Dv; ++cc) d += to_s(orow[cc]) * to_s(drow[cc]);
         delta[i] = d;

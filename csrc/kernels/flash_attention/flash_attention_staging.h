@@ -50,18 +50,19 @@ inline void convert_rows(const void* base, opDataType dt, int64_t offset, int64_
 }
 
 // Rows [0, rows) of an input as a task reads them (element `offset`, row stride ld): in place, or,
-// converting (T = float), through convert_rows into scratch (row stride pad16(dim)).
+// converting (T = float), through convert_rows into scratch (row stride pad16(dim)). The row
+// stride read from goes to *ld_out unless it is null (a single row).
 template <class T>
 inline const T* task_rows(bool convert, const void* base, opDataType dt, int64_t offset, int64_t ld, int64_t rows,
                           int64_t dim, float* scratch, int64_t* ld_out) {
   if constexpr (std::is_same<T, float>::value) {
     if (convert) {
       convert_rows(base, dt, offset, ld, rows, dim, scratch, pad16(dim));
-      *ld_out = pad16(dim);
+      if (ld_out) *ld_out = pad16(dim);
       return scratch;
     }
   }
-  *ld_out = ld;
+  if (ld_out) *ld_out = ld;
   return static_cast<const T*>(base) + offset;
 }
 
