@@ -24,27 +24,12 @@
 #include "kernels/common/simd.h"
 #include "kernels/flash_attention/flash_attention_backward.h"
 #include "kernels/flash_attention/flash_attention_common.h"
+#include "kernels/flash_attention/flash_attention_staging.h"
 #include "kernels/flash_attention/flash_attention_swa_features.h"
 
 namespace op_plugin {
 namespace OP_ISA_NS {
 namespace fa {
-
-// One row of n values of dtype dt into dst (S = float or double).
-template <class S>
-inline void load_row(const void* src, opDataType dt, int64_t n, S* dst) {
-  if (dt == OP_DT_DOUBLE) {
-    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(static_cast<const double*>(src)[c]);
-  } else if (dt == OP_DT_FLOAT) {
-    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(static_cast<const float*>(src)[c]);
-  } else if (sizeof(S) == 8) {
-    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(load_float(src, dt, c));
-  } else if (dt == OP_DT_BF16) {
-    cvt_bf16_to_f32(static_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), n);
-  } else {
-    cvt_f16_to_f32(static_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), n);
-  }
-}
 
 template <class Ops>
 struct Small {

@@ -8,6 +8,7 @@
 
 #include "kernels/common/simd.h"
 #include "kernels/flash_attention/flash_attention_common.h"
+#include "kernels/flash_attention/flash_attention_swa_features.h"  // load_float
 
 namespace op_plugin {
 namespace OP_ISA_NS {
@@ -33,6 +34,22 @@ inline void stage_tensor(const void* src, int64_t bs, int64_t rs, int64_t hs, in
   *nhs = rows * dim;
 }
 
+// One row of n values of dtype dt into dst (S = float or double).
+template <class S>
+inline void load_row(const void* src, opDataType dt, int64_t n, S* dst) {
+  if (dt == OP_DT_DOUBLE) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(static_cast<const double*>(src)[c]);
+  } else if (dt == OP_DT_FLOAT) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(static_cast<const float*>(src)[c]);
+  } else if (sizeof(S) == 8) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<S>(load_float(src, dt, c));
+  } else if (dt == OP_DT_BF16) {
+    cvt_bf16_to_f32(static_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), n);
+  } else {
+    cvt_f16_to_f32(static_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), n);
+  }
+}
+
 // 16-bit inputs computed in float (Plan::convert_in_tasks): rows [0, rows) of a bf16 / fp16
 // tensor starting at element `offset` (row stride ld elements), converted into dst (row stride
 // ldd floats). Each task converts the rows it reads (a block's q, a head's q and dout, a key
@@ -41,12 +58,7 @@ inline void stage_tensor(const void* src, int64_t bs, int64_t rs, int64_t hs, in
 inline void convert_rows(const void* base, opDataType dt, int64_t offset, int64_t ld, int64_t rows, int64_t dim,
                          float* dst, int64_t ldd) {
   const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (dt == OP_DT_BF16)
-      cvt_bf16_to_f32(src + r * ld, dst + r * ldd, dim);
-    else
-      cvt_f16_to_f32(src + r * ld, dst + r * ldd, dim);
-  }
+  for (int64_t r = 0; r < rows; ++r) load_row<float>(src + r * ld, dt, dim, dst + r * ldd);
 }
 
 // Rows [0, rows) of an input as a task reads them (element `offset`, row stride ld): in place, or,
