@@ -3,7 +3,8 @@
 # bindings and the extension (OP_PLUGIN_SANITIZE=1, read by python/op_plugin/build.py and setup.py).
 #
 #   ci/sanitize.sh kernels   the torch-free C++ kernel tests, ASan+UBSan+LeakSanitizer (every ISA level)
-#   ci/sanitize.sh kernels-ci  the reduced set ci/test.sh runs: the native ISA level only, without
+#   ci/sanitize.sh kernels-ci  the reduced set ci/test.sh runs: the native ISA level only (the other
+#                            ISA's sources are built uninstrumented: they never run there), without
 #                            test_swa_attention (3+ minutes alone under ASan; its engine is the
 #                            flash attention one, which test_flash_attention covers)
 #   ci/sanitize.sh python    build the variant into its own venv, run tests/ops and tests/reliability
@@ -40,7 +41,13 @@ kernels() {
 }
 
 kernels_ci() {
-  OP_PLUGIN_TEST_ISA_LEVELS=native OP_PLUGIN_KERNEL_TESTS="flash_attention floyd block_attention gemm" kernels
+  # Only the native level runs, so only its ISA's sources (and the baseline ones) are instrumented
+  # (OP_PLUGIN_SANITIZE_ISA, python/op_plugin/build.py).
+  local level
+  level=$($PY -c 'import op_plugin; print(op_plugin.isa_level())')
+  case "$level" in avx512*) level=avx512 ;; esac
+  OP_PLUGIN_SANITIZE_ISA=$level OP_PLUGIN_TEST_ISA_LEVELS=native \
+    OP_PLUGIN_KERNEL_TESTS="flash_attention floyd block_attention gemm" kernels
 }
 
 build() {

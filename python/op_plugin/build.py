@@ -40,6 +40,18 @@ def sanitize_flags() -> str:
     return SANITIZE_FLAGS if os.environ.get("OP_PLUGIN_SANITIZE", "") == "1" else ""
 
 
+# A sanitizer build for one ISA level's tests (ci/sanitize.sh kernels-ci runs the native level only):
+# OP_PLUGIN_SANITIZE_ISA=avx2 (or avx512, or baseline) instruments that ISA's sources and the baseline
+# ones; the library's sources of the other ISA, linked but never run at that level, compile without
+# instrumentation at -O0. ASan at -O1 made them about a third of the sanitizer build's time.
+UNTESTED_ISA_FLAGS = "-fno-sanitize=all -O0 -g0"
+
+
+def _untested_under_sanitizer(isa: str) -> bool:
+    tested = os.environ.get("OP_PLUGIN_SANITIZE_ISA", "")
+    return bool(sanitize_flags() and tested and isa and isa != tested)
+
+
 # The AMX model build variant (tests/kernels/build_and_run.sh): OP_PLUGIN_AMX_EMULATE=1 compiles the
 # kernels with the software tile instructions of kernels/common/amx_intrinsics.h, so the avx512_amx
 # level's code runs (slowly) on a CPU without AMX. For tests only.
@@ -151,7 +163,9 @@ def write_kernel_ninja(build_dir: str, sources: Sequence[str], include_dirs: Seq
         obj = "obj/" + os.path.relpath(src, os.path.commonpath([os.path.abspath(s) for s in sources])) + ".o"
         objects.append(obj)
         lines.append(f"build {obj}: cxx {src}")
-        lines.append(f"  isaflags = {isa_flags(isa_of(src))}")
+        isa = isa_of(src)
+        untested = f" {UNTESTED_ISA_FLAGS}" if _untested_under_sanitizer(isa) else ""
+        lines.append(f"  isaflags = {isa_flags(isa)}{untested}")
     lines.append(f"build {library}: ar {' '.join(objects)}")
     lines.append(f"default {library}")
     if shared_library:
