@@ -7,7 +7,7 @@ PY=${PYTHON:-python}
 
 # torch is pinned to the CPU build on this machine's disk; the build runs without isolation so
 # pip never fetches another torch for a build environment.
-$PY -m pip install --quiet "torch==2.13.0" "setuptools>=64" wheel jinja2 pyyaml ninja cmake numpy pytest hypothesis expecttest matplotlib simde-py==0.8.2.post1
+$PY -m pip install --quiet "torch==2.13.0" "setuptools>=64" wheel jinja2 pyyaml ninja cmake numpy pytest pytest-xdist hypothesis expecttest matplotlib simde-py==0.8.2.post1
 rm -rf dist
 # What the build did: the generator's summary (ops, files written/unchanged), then one line per
 # compile step (kernels by our ninja file, bindings by torch's; their long command lines cut to the file).

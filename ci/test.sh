@@ -29,5 +29,7 @@ case "$($PY -c 'import op_plugin; print(op_plugin.isa_level())')" in
       bash tests/kernels/build_and_run.sh build/generated/include ;;
 esac
 
-# Codegen, ops, packaging. Slow tests (marked) stay out of the default run.
-$PY -m pytest tests -q -m "not slow" "$@"
+# Codegen, ops, packaging. Slow tests (marked) stay out of the default run. One pytest-xdist worker
+# per core: most tests are single-threaded Python (tracing, torch.compile, subprocesses), and the
+# suite took 10 of CI's 30 minutes in one process.
+$PY -m pytest tests -q -m "not slow" -n "$(nproc 2>/dev/null || echo 2)" "$@"
