@@ -80,7 +80,7 @@ build.build_kernels(lib_dir, build.kernel_sources(os.path.join(root, "csrc"), os
 PYEOF
 LIB="$LIB_DIR/libop_plugin_kernels.a"
 
-# Build every test, then run (test, level) pairs in parallel; logs in $OUT/<test>.<level>.log.
+# Run (test, level) pairs in parallel once the tests are built; logs in $OUT/<test>.<level>.log.
 run_one() {
   local name=$1 level=$2 log="$OUT/$1.$2.log"
   if [ "$level" = native ]; then
@@ -93,7 +93,19 @@ run_one() {
 export -f run_one
 export OUT
 
-tests=()
+# The tests (and isa_level, which names the level each OP_PLUGIN_ISA runs as), compiled $JOBS at a
+# time; each compiler's output is shown after the batch, in order.
+build_one() {
+  local name=$1 flags=$BASE_FLAGS
+  case "$name" in *.avx512) flags="$flags $AVX512_FLAGS" ;; *.avx2) flags="$flags $AVX2_FLAGS" ;; esac
+  # shellcheck disable=SC2086
+  $CXX $flags "$ROOT/tests/kernels/$name.cpp" "$LIB" -o "$OUT/$name" > "$OUT/$name.build.log" 2>&1
+  echo $? > "$OUT/$name.build.rc"
+}
+export -f build_one
+export CXX BASE_FLAGS AVX512_FLAGS AVX2_FLAGS ROOT LIB
+
+wanted=()
 for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
   [ -e "$test_src" ] || continue
   name=$(basename "$test_src" .cpp)
@@ -102,23 +114,28 @@ for test_src in "$ROOT"/tests/kernels/test_*.cpp; do
     for want in $OP_PLUGIN_KERNEL_TESTS; do case "$name" in *"$want"*) keep=1 ;; esac; done
     [ -n "$keep" ] || continue
   fi
-  flags=$BASE_FLAGS
-  case "$name" in *.avx512) flags="$flags $AVX512_FLAGS" ;; *.avx2) flags="$flags $AVX2_FLAGS" ;; esac
-  # shellcheck disable=SC2086
-  if [ "$status" -eq 0 ] && $CXX $flags "$test_src" "$LIB" -o "$OUT/$name"; then
-    tests+=("$name")
-  else
-    echo "build failed: $name" >&2
-    status=1
-  fi
+  wanted+=("$name")
 done
+tests=()
+isa_level_built=
+if [ "$status" -eq 0 ]; then
+  for name in isa_level "${wanted[@]}"; do rm -f "$OUT/$name.build.rc"; printf '%s\n' "$name"; done \
+    | xargs -n 1 -P "$JOBS" bash -c 'build_one "$0"'
+  for name in isa_level "${wanted[@]}"; do
+    cat "$OUT/$name.build.log" >&2
+    if [ "$(cat "$OUT/$name.build.rc" 2>/dev/null || echo 1)" -ne 0 ]; then
+      echo "build failed: $name" >&2
+      status=1
+    elif [ "$name" = isa_level ]; then isa_level_built=1
+    else tests+=("$name"); fi
+  done
+fi
 
 # Each distinct level once: a level the CPU lacks runs as a lower one (the same code again), so
 # it is named and left out (on an AVX2-only CPU: native, avx512_bf16 and avx512 are all avx2).
 levels=()
 declare -A runs_as_of
-# shellcheck disable=SC2086
-if [ "$status" -eq 0 ] && $CXX $BASE_FLAGS "$ROOT/tests/kernels/isa_level.cpp" "$LIB" -o "$OUT/isa_level"; then
+if [ -n "$isa_level_built" ]; then
   seen=" "
   for level in $LEVELS; do
     if [ "$level" = native ]; then runs_as=$(env -u OP_PLUGIN_ISA "$OUT/isa_level"); else runs_as=$(OP_PLUGIN_ISA=$level "$OUT/isa_level"); fi
@@ -127,9 +144,6 @@ if [ "$status" -eq 0 ] && $CXX $BASE_FLAGS "$ROOT/tests/kernels/isa_level.cpp" "
       *) seen="$seen$runs_as "; levels+=("$level"); runs_as_of[$level]=$runs_as ;;
     esac
   done
-else
-  echo "build failed: isa_level" >&2
-  status=1
 fi
 
 for name in "${tests[@]}"; do
