@@ -31,5 +31,8 @@ esac
 
 # Codegen, ops, packaging. Slow tests (marked) stay out of the default run. One pytest-xdist worker
 # per core: most tests are single-threaded Python (tracing, torch.compile, subprocesses), and the
-# suite took 10 of CI's 30 minutes in one process.
-$PY -m pytest tests -q -m "not slow" -n "$(nproc 2>/dev/null || echo 2)" "$@"
+# suite took 10 of CI's 30 minutes in one process. With two workers, each worker's OpenMP threads
+# would spin at every barrier waiting for a thread the other worker holds off its core: passive
+# waiting took tests/ops/test_swa.py from 58 s to 24 s (one thread per worker: 26 s, but the
+# suite's calls would then no longer split their work across threads).
+OMP_WAIT_POLICY=PASSIVE $PY -m pytest tests -q -m "not slow" -n "$(nproc 2>/dev/null || echo 2)" "$@"
