@@ -122,7 +122,7 @@ if [ "$status" -eq 0 ]; then
   for name in isa_level "${wanted[@]}"; do rm -f "$OUT/$name.build.rc"; printf '%s\n' "$name"; done \
     | xargs -n 1 -P "$JOBS" bash -c 'build_one "$0"'
   for name in isa_level "${wanted[@]}"; do
-    cat "$OUT/$name.build.log" >&2
+    cat "$OUT/$name.build.log" >&2 2>/dev/null || true
     if [ "$(cat "$OUT/$name.build.rc" 2>/dev/null || echo 1)" -ne 0 ]; then
       echo "build failed: $name" >&2
       status=1
