@@ -1,20 +1,21 @@
 """Translations into C++: expressions, binding signatures, and the kernel's C prototypes."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import ast
 import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from torchgen.api import dispatcher
-from torchgen.model import FunctionSchema
+from torchgen.model import BaseTy, BaseType, FunctionSchema, Type
 
 from codegen import expr as E
 from codegen.expr import Expr, Message
-from codegen.model import Check
+from codegen.model import Check, OpEntry, Registry
 
 _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
@@ -284,8 +285,39 @@ def binding_args(func: FunctionSchema) -> list[BindingArg]:
             for b in dispatcher.arguments(func)]
 
 
+def symbolic_int_args(registry: Registry, op: OpEntry) -> frozenset[str]:
+    """The int arguments of ``op`` that a forward's autograd pairing feeds from its int outputs."""
+    return frozenset(arg for fwd in registry.ops if fwd.autograd is not None and fwd.autograd.backward == op.name
+                     for arg, src in fwd.autograd.inputs
+                     if src.source == "output" and src.name in {o.name for o in fwd.int_outputs})
+
+
+def registered_func(func: FunctionSchema, symbolic_args: Collection[str] = ()) -> FunctionSchema:
+    """The schema op_plugin registers: the registry's, with its int returns, and the int arguments
+    that receive them through autograd (``symbolic_args``), as SymInt.
+
+    Under torch.compile and torch.export an int output is symbolic (the fake kernel's expression of
+    the input sizes, or an unbacked size). Taken as an int64_t anywhere on the way (the Autograd
+    kernel's typed redispatch, or torch's Python-to-IValue conversion of an ``int`` argument when
+    the backward is traced) it is guarded on, which pins every size it reads: one graph per shape.
+    aten declares such values SymInt (_scaled_dot_product_flash_attention's max_q); c10 matches a
+    kernel's return types exactly, so the registered schema says SymInt. Python callers still get
+    and pass plain ints, and the kernels' int64_t arguments need no change."""
+    def sym(t: Type) -> Type:
+        return BaseType(BaseTy.SymInt) if t == BaseType(BaseTy.int) else t
+
+    returns = tuple(dataclasses.replace(r, type=sym(r.type)) for r in func.returns)
+    groups = {f.name: tuple(dataclasses.replace(a, type=sym(a.type)) if a.name in symbolic_args else a
+                            for a in getattr(func.arguments, f.name))
+              for f in dataclasses.fields(func.arguments)
+              if f.name in ("pre_self_positional", "post_self_positional", "pre_tensor_options_kwarg_only",
+                            "post_tensor_options_kwarg_only", "out")}
+    return dataclasses.replace(func, returns=returns, arguments=dataclasses.replace(func.arguments, **groups))
+
+
 def binding_returns(func: FunctionSchema) -> str:
-    return dispatcher.returns_type(func.returns).cpp_type()
+    """The C++ return type of the op's kernels and typed handles (int returns as c10::SymInt)."""
+    return dispatcher.returns_type(registered_func(func).returns, symint=True).cpp_type()
 
 
 # ---- the kernel's C API ---------------------------------------------------------------------

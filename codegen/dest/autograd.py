@@ -47,7 +47,7 @@ def _cpp_literal(python_literal: str) -> str:
     return cpp.cpp_string(value) if isinstance(value, str) else repr(value)
 
 
-def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
+def _pair_context(registry: Registry, op: OpEntry, backward: OpEntry) -> dict[str, Any]:
     pair = op.autograd
     assert pair is not None
     func = op.func
@@ -61,7 +61,9 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
 
     saved = list(dict.fromkeys(src.name for src in pair.saved_sources()))
     saved_tensors = [n for n in saved if E.base(kinds[n]) == E.TENSOR]
-    saved_values = [{"name": n, "type": _SAVED_TYPES[kinds[n]]} for n in saved if E.base(kinds[n]) != E.TENSOR]
+    # An int output is kept as the c10::SymInt the forward returns (symbolic under torch.compile).
+    saved_values = [{"name": n, "type": "c10::SymInt" if n in int_outputs else _SAVED_TYPES[kinds[n]]}
+                    for n in saved if E.base(kinds[n]) != E.TENSOR]
     grad_sources = list(pair.grad_sources())
 
     def value_of(src: BackwardInput) -> str:
@@ -77,6 +79,11 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
     bwd_args = cpp.binding_args(backward.func)
     by_name = {a.name: a for a in backward.func.arguments.flat_all}
     call_args = []
+    # A backward argument fed by a forward int output is registered as SymInt (cpp.registered_func)
+    # and passed as c10::SymInt: the dispatcher hands a fake kernel the symbol and the binding's
+    # int64_t parameter its value, with no guard on the way.
+    symbolic = cpp.symbolic_int_args(registry, backward)
+    bwd_types = ["c10::SymInt" if b.name in symbolic else b.cpp_type for b in bwd_args]
     for b in bwd_args:
         if b.name in sources:
             value = value_of(sources[b.name])
@@ -129,7 +136,7 @@ def _pair_context(op: OpEntry, backward: OpEntry) -> dict[str, Any]:
         "saved_values": saved_values,
         "non_differentiable": list(pair.non_differentiable),
         "grad_sources": [{"name": n, "index": tensor_outputs.index(n)} for n in grad_sources],
-        "backward_signature": f"{cpp.binding_returns(backward.func)}({', '.join(b.cpp_type for b in bwd_args)})",
+        "backward_signature": f"{cpp.binding_returns(backward.func)}({', '.join(bwd_types)})",
         "call_args": call_args,
         "returns": returns,
         "tensor_args": tensor_args,
@@ -143,5 +150,5 @@ def emit(registry: Registry, fm: FileManager) -> None:
     for op in registry.ops:
         if op.autograd is None:
             continue
-        ctx = _pair_context(op, registry.op(op.autograd.backward))
+        ctx = _pair_context(registry, op, registry.op(op.autograd.backward))
         fm.write(f"bindings/{op.name}_autograd.cpp", "autograd.cpp.j2", op.source, **ctx)

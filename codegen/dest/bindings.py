@@ -49,7 +49,7 @@ def _kernel_arg(p: cpp.KernelParam) -> str:
     return p.name
 
 
-def _binding_context(op: OpEntry) -> dict[str, Any]:
+def _binding_context(op: OpEntry, symbolic_args: frozenset[str]) -> dict[str, Any]:
     func = op.func
     args = cpp.binding_args(func)
     params = cpp.kernel_params(func, [o.name for o in op.outputs], [o.name for o in op.int_outputs],
@@ -82,7 +82,7 @@ def _binding_context(op: OpEntry) -> dict[str, Any]:
         "binding_params": ", ".join(f"{b.cpp_type} {b.name}" for b in args),
         "binding_names": ", ".join(b.name for b in args),
         "returns_type": cpp.binding_returns(func),
-        "schema_literal": cpp.cpp_string(str(func)),
+        "schema_literal": cpp.cpp_string(str(cpp.registered_func(func, symbolic_args))),
         "tags": [_TAGS[t] for t in op.tags],
         "workspace_op": workspace_op_name(op),
         "workspace_schema_literal": cpp.cpp_string(f"{workspace_op_name(op)}({func.arguments}) -> int"),
@@ -98,5 +98,6 @@ def emit(registry: Registry, fm: FileManager) -> None:
     # The two files shared by every op name none, so that adding an op recompiles only its own binding.
     fm.write("bindings/register_schema.cpp", "register_schema.cpp.j2", registry.source)
     for op in registry.ops:
-        fm.write(f"bindings/{op.name}.cpp", "op_binding.cpp.j2", op.source, **_binding_context(op))
+        fm.write(f"bindings/{op.name}.cpp", "op_binding.cpp.j2", op.source,
+                 **_binding_context(op, cpp.symbolic_int_args(registry, op)))
     fm.write("bindings/helpers_module.cpp", "helpers_module.cpp.j2", registry.source)

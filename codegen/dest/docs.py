@@ -9,6 +9,7 @@ import ast
 from typing import Any
 
 from codegen import expr as E
+from codegen.api import cpp
 from codegen.file_manager import FileManager
 from codegen.model import Check, EnumDef, Let, OpEntry, Registry
 
@@ -43,9 +44,11 @@ def op_context(op: OpEntry, registry: Registry) -> dict[str, Any]:
                     "grads": [(i, o) for i, o in pair.grads] + [(i, f"{f.function}(...)") for i, f in pair.formulas],
                     "non_differentiable": list(pair.non_differentiable),
                     "overrides": list(pair.forward_overrides)}
+    registered = str(cpp.registered_func(op.func, cpp.symbolic_int_args(registry, op)))
     return {
         "name": op.name,
         "schema": str(op.func),
+        "registered_schema": registered if registered != str(op.func) else "",
         "doc": op.doc,
         "kernel": op.kernel,
         "loc": op.loc,

@@ -139,6 +139,7 @@ inline bool is_defined(const std::optional<at::Tensor>& t) { return t.has_value(
 
 // saved_value: a dispatcher argument as the saved struct keeps it (owning); as_argument: back.
 inline int64_t saved_value(int64_t v) { return v; }
+inline c10::SymInt saved_value(const c10::SymInt& v) { return v; }  // an int output of the forward
 inline double saved_value(double v) { return v; }
 inline bool saved_value(bool v) { return v; }
 inline std::string saved_value(c10::string_view v) { return std::string(v); }
@@ -153,6 +154,7 @@ inline std::optional<std::vector<int64_t>> saved_value(at::OptionalIntArrayRef v
 }
 
 inline int64_t as_argument(int64_t v) { return v; }
+inline const c10::SymInt& as_argument(const c10::SymInt& v) { return v; }
 inline double as_argument(double v) { return v; }
 inline bool as_argument(bool v) { return v; }
 inline c10::string_view as_argument(const std::string& v) { return v; }

@@ -481,16 +481,29 @@ def test_torch_compile_training_step() -> None:
             torch.testing.assert_close(got, want)
 
 
-def test_dropout_under_torch_compile_fails_at_trace_time_as_documented() -> None:
-    # docs/decisions.md: the seed is drawn when the kernel runs, so the compiler sees an unbacked int.
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dropout_under_torch_compile_matches_eager(dynamic) -> None:
+    # docs/decisions.md: the seed is drawn when the kernel runs, so the compiler sees an unbacked
+    # int; it flows as a SymInt to swa_backward. The compiled call draws eager's seed and offset.
     layout, N, x, opts = _case(SHAPES[0], MASKS[0], torch.float32, seed=24)
 
-    def loss_fn(q):
-        return op_plugin.swa_forward(q, x["key"], x["value"], N, layout, keep_prob=0.9)[0].sum()
+    def forward_outputs(q):
+        out = op_plugin.swa_forward(q, x["key"], x["value"], N, layout, keep_prob=0.9)
+        return out[0], out[4], out[5], out[6]
 
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="data-dependent"):
-        torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x["query"].clone().requires_grad_(True))
+    compiled = torch.compile(forward_outputs, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    results = []
+    for f in (forward_outputs, compiled):
+        q = x["query"].clone().requires_grad_(True)
+        torch.manual_seed(3)
+        out, seed, offset, numels = f(q)
+        (grad,) = torch.autograd.grad(out, q, torch.ones_like(out))
+        results.append((out, grad, (seed, offset, numels)))
+    (out, grad, ints), (got_out, got_grad, got_ints) = results
+    assert ints == got_ints and ints[0] != 0, (ints, got_ints)
+    torch.testing.assert_close(got_out, out, rtol=0, atol=0)
+    torch.testing.assert_close(got_grad, grad, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("keep_prob", [1.0, 0.8])

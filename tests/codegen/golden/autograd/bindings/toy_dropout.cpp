@@ -43,7 +43,7 @@ ToyDropoutCall plan_toy_dropout(const at::Tensor & x, double p, uint64_t rng_see
 
 }  // namespace
 
-::std::tuple<at::Tensor,int64_t,int64_t> toy_dropout_cpu(const at::Tensor & x, double p) {
+::std::tuple<at::Tensor,c10::SymInt,c10::SymInt> toy_dropout_cpu(const at::Tensor & x, double p) {
   // Drawn here, not in plan_toy_dropout: asking for the workspace size must not consume random numbers.
   uint64_t rng_seed = 0, rng_offset = 0;
   if ((p > 0.0)) draw_seed_and_offset(&rng_seed, &rng_offset);
@@ -51,7 +51,7 @@ ToyDropoutCall plan_toy_dropout(const at::Tensor & x, double p, uint64_t rng_see
   Workspace workspace(call.workspace_size);
   check_status(ToyDropout(workspace.data(), call.workspace_size, call.executor.release(), nullptr),
                "toy_dropout");
-  return ::std::tuple<at::Tensor,int64_t,int64_t>(call.y, call.seed, call.numels);
+  return ::std::tuple<at::Tensor,c10::SymInt,c10::SymInt>(call.y, call.seed, call.numels);
 }
 
 // The workspace a call with these arguments would need (op_plugin.workspace_size).
@@ -62,7 +62,7 @@ int64_t toy_dropout_workspace_size(const at::Tensor & x, double p) {
 // This op's schema and its workspace query: each op registers its own, so adding an op compiles
 // its own binding and no file shared by every op.
 TORCH_LIBRARY_FRAGMENT(op_plugin, m) {
-  m.def("toy_dropout(Tensor x, float p=0.5) -> (Tensor y, int seed, int numels)");
+  m.def("toy_dropout(Tensor x, float p=0.5) -> (Tensor y, SymInt seed, SymInt numels)");
   m.def("_toy_dropout_workspace_size(Tensor x, float p=0.5) -> int");
 }
 

@@ -25,8 +25,8 @@ using torch::autograd::variable_list;
 // What the backward reads besides the saved tensors: one capsule in ctx->saved_data.
 struct ToyDropoutSaved : torch::CustomClassHolder {
   double p{};
-  int64_t seed{};
-  int64_t numels{};
+  c10::SymInt seed{};
+  c10::SymInt numels{};
   // Shape, dtype and device of y: its gradient is zero when none comes in.
   std::vector<c10::SymInt> y_sizes;
   at::TensorOptions y_options;
@@ -35,14 +35,14 @@ struct ToyDropoutSaved : torch::CustomClassHolder {
 };
 
 // The forward op, typed once: the Function's forward and the no-gradient path redispatch to it.
-const c10::TypedOperatorHandle<::std::tuple<at::Tensor,int64_t,int64_t>(const at::Tensor &, double)>& toy_dropout_op() {
+const c10::TypedOperatorHandle<::std::tuple<at::Tensor,c10::SymInt,c10::SymInt>(const at::Tensor &, double)>& toy_dropout_op() {
   static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout", "").typed<::std::tuple<at::Tensor,int64_t,int64_t>(const at::Tensor &, double)>();
+      c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout", "").typed<::std::tuple<at::Tensor,c10::SymInt,c10::SymInt>(const at::Tensor &, double)>();
   return op;
 }
 
 struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
-  static variable_list forward(AutogradContext* ctx, c10::DispatchKeySet ks, const at::Tensor & x, double p, int64_t* int_outputs) {
+  static variable_list forward(AutogradContext* ctx, c10::DispatchKeySet ks, const at::Tensor & x, double p, c10::SymInt* int_outputs) {
     auto [y, seed, numels] = toy_dropout_op().redispatch(ks & c10::after_autograd_keyset, x, p);
     int_outputs[0] = seed;
     int_outputs[1] = numels;
@@ -70,7 +70,7 @@ struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
     auto needs = [&](int arg) { return saved.edge[arg] >= 0 && ctx->needs_input_grad(saved.edge[arg]); };
 
     static const auto backward_op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout_grad", "").typed<at::Tensor(const at::Tensor &, double, int64_t, int64_t)>();
+        c10::Dispatcher::singleton().findSchemaOrThrow("op_plugin::toy_dropout_grad", "").typed<at::Tensor(const at::Tensor &, double, c10::SymInt, c10::SymInt)>();
     const auto grads_in = backward_op.call(
         grad_y,  // grad_y
         op_plugin::as_argument(saved.p),  // p
@@ -84,16 +84,16 @@ struct ToyDropoutAutograd : torch::autograd::Function<ToyDropoutAutograd> {
 
 }  // namespace
 
-::std::tuple<at::Tensor,int64_t,int64_t> toy_dropout_autograd(c10::DispatchKeySet ks, const at::Tensor & x, double p) {
+::std::tuple<at::Tensor,c10::SymInt,c10::SymInt> toy_dropout_autograd(c10::DispatchKeySet ks, const at::Tensor & x, double p) {
   // No input needs a gradient (grad mode off, or no tensor argument requires grad): straight below
   // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
   // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
   if (!torch::autograd::compute_requires_grad(x)) {
     return toy_dropout_op().redispatch(ks & c10::after_autograd_keyset, x, p);
   }
-  int64_t int_outputs[2] = {};
+  c10::SymInt int_outputs[2];
   variable_list result = ToyDropoutAutograd::apply(ks, x, p, int_outputs);
-  return ::std::tuple<at::Tensor,int64_t,int64_t>(result[0], int_outputs[0], int_outputs[1]);
+  return ::std::tuple<at::Tensor,c10::SymInt,c10::SymInt>(result[0], int_outputs[0], int_outputs[1]);
 }
 
 TORCH_LIBRARY_IMPL(op_plugin, Autograd, m) {

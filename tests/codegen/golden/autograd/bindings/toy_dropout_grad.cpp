@@ -58,7 +58,7 @@ int64_t toy_dropout_grad_workspace_size(const at::Tensor & grad_y, double p, int
 // This op's schema and its workspace query: each op registers its own, so adding an op compiles
 // its own binding and no file shared by every op.
 TORCH_LIBRARY_FRAGMENT(op_plugin, m) {
-  m.def("toy_dropout_grad(Tensor grad_y, float p, int seed, int numels) -> Tensor grad_x");
+  m.def("toy_dropout_grad(Tensor grad_y, float p, SymInt seed, SymInt numels) -> Tensor grad_x");
   m.def("_toy_dropout_grad_workspace_size(Tensor grad_y, float p, int seed, int numels) -> int");
 }
 
