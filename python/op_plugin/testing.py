@@ -11,6 +11,9 @@ checks here are what a demanding user runs on a custom op:
     check_opcheck      torch.library.opcheck
     check_gradcheck    torch.autograd.gradcheck in float64 (ops with an autograd pairing)
     check_compile      torch.compile(fullgraph=True) forward, and backward, equal to eager
+    check_export       torch.export with every tensor dimension dynamic, and its save/load round
+                       trip, equal to eager at the sample's sizes and at other sizes
+    check_dynamic_compile  torch.compile(dynamic=True) compiles once for every size the op accepts
     check_eager_path   no Python runs on the eager call, forward or backward, past torch's own
                        entry points (the op's Autograd kernel, binding and kernels are C++)
     check_error        one failing call per check: a mutated sample fires the check's text, in
@@ -23,6 +26,7 @@ says; its reference is torch.autograd of the forward's reference.
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import re
 import sys
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+import torch.fx.experimental._config
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
@@ -348,6 +353,153 @@ def check_compile(spec: OpSpec) -> None:
              for outs, leaves in ((eager, eager_leaves), (got, compiled_leaves))]
     for name, a, b in zip(names, *grads):
         torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m: f"{spec.name} grad of {name}: {m}")
+
+
+def _split(x: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A call's tensor arguments and the rest."""
+    return ({k: v for k, v in x.items() if isinstance(v, torch.Tensor)},
+            {k: v for k, v in x.items() if not isinstance(v, torch.Tensor)})
+
+
+def _resized_calls(spec: OpSpec, index: int, dtype: torch.dtype) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Sample ``index`` at other sizes: each of its named sizes of at least 2 that no int argument
+    is computed from, changed to size + 1 and to 2 * size, where the call keeps the same tensor
+    arguments and the same other values and the op accepts it in eager."""
+    own, kinds = (spec.samples, spec.kinds) if spec.samples is not None else (spec.forward.samples, spec.forward.kinds)
+    sample = own[index]
+    in_ints = {word for name, value in sample.items() if name != "dims" and isinstance(value, str)
+               and kinds[name].rstrip("?") == "int" for word in re.findall(r"[A-Za-z_]\w*", value)}
+    tensors, rest = _split(samples(spec, dtype)[index])
+    for dim, size in sample.get("dims", {}).items():
+        if dim in in_ints or size < 2:
+            continue
+        for new in (size + 1, 2 * size):
+            try:
+                y = (build_sample(spec.kinds, sample, dtype, SEED + index, {dim: new}) if spec.samples is not None
+                     else _backward_sample(spec, sample, dtype, SEED + index, {dim: new})[0])
+                y_tensors, y_rest = _split(y)
+                if set(y_tensors) != set(tensors) or y_rest != rest:
+                    continue
+                spec.op(**y)
+            except RuntimeError:  # the op (or the forward a backward's sample runs) rejects the size
+                continue
+            yield f"{dim}={new}", y
+
+
+def _save_and_load(program: Any) -> Any:
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    return torch.export.load(buffer)
+
+
+def check_export(spec: OpSpec) -> None:
+    """torch.export of every sample's call keeps the op as one node. Exported with every dimension
+    of every tensor argument dynamic (Dim.AUTO), the program gives eager's outputs bit for bit at
+    the sample's sizes and at other sizes the op accepts (the fake function pins a size only where
+    a registry rule ties it to a constant or an int argument); exported with static shapes, too.
+    Both survive torch.export.save / load, except a dynamic program whose op returns a symbolic
+    int (swa_forward's numels): torch 2.13's serializer cannot write a SymInt among several
+    outputs, which this check asserts so that a torch that can is noticed. Gradients through the
+    loaded module equal eager's."""
+    dtype = _first_dtype(spec)
+    resized = 0
+    for i, x in enumerate(samples(spec, dtype)):
+        tensors, rest = _split(x)
+        names = list(tensors)
+
+        class Call(torch.nn.Module):
+            def forward(self, *args: torch.Tensor) -> Any:
+                return spec.op(**dict(zip(names, args)), **rest)
+
+        dims = tuple({d: torch.export.Dim.AUTO for d in range(t.dim())} for t in tensors.values())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.export's own deprecation notes
+            static = torch.export.export(Call(), tuple(tensors.values()))
+            dynamic = torch.export.export(Call(), tuple(tensors.values()), dynamic_shapes=(dims,) if names else None)
+            programs = {"static": static, "static, saved and loaded": _save_and_load(static), "dynamic": dynamic}
+            nodes = [n for n in dynamic.graph.nodes if n.op == "call_function" and n.target == spec.op]
+            assert len(nodes) == 1, f"{spec.name} sample {i}: the exported graph calls the op {len(nodes)} times"
+            outs = nodes[0].meta["val"]
+            if any(isinstance(v, torch.SymInt) for v in (outs if isinstance(outs, (tuple, list)) else [outs])):
+                try:
+                    _save_and_load(dynamic)
+                except Exception as e:  # torch._export.serde.serialize.SerializeError
+                    assert "torch.SymInt" in str(e), f"{spec.name} sample {i}: {e}"
+                else:
+                    raise AssertionError(f"{spec.name} sample {i}: torch.export.save now writes a symbolic int "
+                                         "output: test the loaded program and update docs/compile.md")
+            else:
+                programs["dynamic, saved and loaded"] = _save_and_load(dynamic)
+        for label, y in [("", x), *_resized_calls(spec, i, dtype)]:
+            eager = _outputs(spec.op(**y), spec.outputs)
+            for where, program in programs.items():
+                if label and where.startswith("static"):
+                    continue
+                got = _outputs(program.module()(*(y[n] for n in names)), spec.outputs)
+                for name, want in eager.items():
+                    torch.testing.assert_close(got[name], want, rtol=0, atol=0, equal_nan=True,
+                                               msg=lambda m: f"{spec.name} sample {i} {label} {where}, {name}: {m}")
+            resized += bool(label)
+        grads = _differentiable(spec, x) if spec.differentiable_outputs else []
+        if not grads:
+            continue
+        results = []
+        loaded = programs["static, saved and loaded"].module()
+        for run in (lambda leaves: spec.op(**{**x, **leaves}),
+                    lambda leaves: loaded(*({**tensors, **leaves}[n] for n in names))):
+            leaves = {n: x[n].detach().requires_grad_() for n in grads}
+            outs = _outputs(run(leaves), spec.outputs)
+            loss = sum((outs[o].float() * (k + 1)).sum() for k, o in enumerate(spec.differentiable_outputs))
+            results.append(torch.autograd.grad(loss, list(leaves.values())))
+        for name, a, b in zip(grads, *results):
+            torch.testing.assert_close(b, a, rtol=0, atol=0,
+                                       msg=lambda m: f"{spec.name} sample {i} exported, grad of {name}: {m}")
+    assert resized, f"{spec.name}: no sample runs at other sizes (give a sample dims:)"
+
+
+def check_dynamic_compile(spec: OpSpec) -> None:
+    """torch.compile(dynamic=True, fullgraph=True) of every sample's call compiles once, its backward
+    included (AOTAutograd traces the joint graph up front): at other sizes the op accepts it runs
+    the same graph (torch.compiler's "fail_on_recompile" stance) and gives eager's outputs and
+    gradients bit for bit. A shape rule that guards on a size, or an int output that reaches C++
+    as int64_t, would recompile. Duck sizing is off: a sample's sizes that are equal by chance
+    (B = N = 2) would otherwise be one symbol, and a resized call would recompile for torch's
+    reason, not the op's."""
+    with torch.fx.experimental._config.patch(use_duck_shape=False):
+        _check_dynamic_compile(spec)
+
+
+def _check_dynamic_compile(spec: OpSpec) -> None:
+    dtype = _first_dtype(spec)
+    resized = 0
+    for i, x in enumerate(samples(spec, dtype)):
+        tensors, rest = _split(x)
+        names = _differentiable(spec, x) if spec.differentiable_outputs else []
+        index = [spec.outputs.index(o) for o in spec.differentiable_outputs]
+        torch._dynamo.reset()
+
+        def run(args: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+            return tuple(_outputs(spec.op(**args, **rest), spec.outputs).values())
+
+        compiled = torch.compile(run, dynamic=True, fullgraph=True, backend="aot_eager")
+        for label, y in [("", x), *_resized_calls(spec, i, dtype)]:
+            results = []
+            for f, stance in ((run, "default"), (compiled, "fail_on_recompile" if label else "default")):
+                args = {n: t.detach().requires_grad_(n in names) for n, t in _split(y)[0].items()}
+                with torch.compiler.set_stance(stance):
+                    outs = f(args)
+                loss = sum((outs[k].float() * (j + 1)).sum() for j, k in enumerate(index))
+                results.append(outs + (torch.autograd.grad(loss, [args[n] for n in names]) if names else ()))
+            for k, (a, b) in enumerate(zip(*results)):
+                what = spec.outputs[k] if k < len(spec.outputs) else f"grad of {names[k - len(spec.outputs)]}"
+                if isinstance(a, torch.Tensor):
+                    torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True,
+                                               msg=lambda m: f"{spec.name} sample {i} {label}, {what}: {m}")
+                else:
+                    assert a == b, f"{spec.name} sample {i} {label}: {what} {b} != {a}"
+            resized += bool(label)
+    assert resized, f"{spec.name}: no sample runs at other sizes (give a sample dims:)"
 
 
 def check_no_grad(spec: OpSpec) -> None:
