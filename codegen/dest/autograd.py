@@ -1,10 +1,12 @@
 """bindings/<op>_autograd.cpp: the C++ Autograd kernel of every forward with an 'autograd:' pairing.
 
-Like torchgen's VariableType: a torch::autograd::Function per pairing, registered at the Autograd
-key, so no Python runs on an op's eager path. The forward redispatches below autograd, saves what
-the backward op and the formulas read, and marks the non-differentiable outputs; the backward
-calls the backward op through the dispatcher (so double backward meets its not-implemented
-kernel) and the formulas of csrc/bindings/autograd_formulas.h.
+Like torchgen's VariableType: a kernel per pairing, registered at the Autograd key, so no Python
+runs on an op's eager path. The forward redispatches below autograd, saves what
+the backward op and the formulas read in a torch::autograd::Node of its own (as torchgen's
+generated Functions.h nodes do), and attaches the differentiable outputs to it; the node calls the
+backward op through the dispatcher (so double backward meets its not-implemented kernel) and the
+formulas of csrc/bindings/autograd_formulas.h. A Node, not a C++ torch::autograd::Function, so
+torch.func transforms (grad, vjp, jacrev) work through the ops as through aten's.
 """
 from __future__ import annotations
 
@@ -56,23 +58,34 @@ def _pair_context(registry: Registry, op: OpEntry, backward: OpEntry) -> dict[st
     outputs = _outputs(op)
     int_outputs = [o.name for o in op.int_outputs]
     tensor_outputs = [n for n in outputs if n not in int_outputs]
+    differentiable = [n for n in tensor_outputs if n not in pair.non_differentiable]
     kinds.update({n: E.INT for n in int_outputs})
     kinds.update({n: E.TENSOR for n in tensor_outputs})
+    # Every tensor argument has an input edge of the node, None optionals included (an empty edge).
+    tensor_args = [a.name for a in args if E.base(a.kind) == E.TENSOR]
+
+    overrides = {name: _cpp_literal(value) for name, value in pair.forward_overrides}
+    # The value the forward runs with: the caller's, or a forward_overrides literal held in a local.
+    run = {a.name: f"{a.name}_run" if a.name in overrides else a.name for a in args}
 
     saved = list(dict.fromkeys(src.name for src in pair.saved_sources()))
-    saved_tensors = [n for n in saved if E.base(kinds[n]) == E.TENSOR]
+    saved_tensors = [{"name": n, "optional": kinds[n] == E.TENSOR + E.OPTIONAL,
+                      "output": n in tensor_outputs, "is_output": "true" if n in differentiable else "false"}
+                     for n in saved if E.base(kinds[n]) == E.TENSOR]
     # An int output is kept as the c10::SymInt the forward returns (symbolic under torch.compile).
-    saved_values = [{"name": n, "type": "c10::SymInt" if n in int_outputs else _SAVED_TYPES[kinds[n]]}
+    saved_values = [{"name": n, "type": "c10::SymInt" if n in int_outputs else _SAVED_TYPES[kinds[n]],
+                     "value": run.get(n, n), "output": n in int_outputs}
                     for n in saved if E.base(kinds[n]) != E.TENSOR]
+    saved_tensor_names = {t["name"] for t in saved_tensors}
     grad_sources = list(pair.grad_sources())
 
     def value_of(src: BackwardInput) -> str:
-        """The backward's view of a forward input, output or incoming gradient."""
+        """The backward's view of a forward input, output or incoming gradient, inside apply()."""
         if src.source == "grad":
             return f"grad_{src.name}"
-        if src.name in saved_tensors:
+        if src.name in saved_tensor_names:
             return src.name
-        return f"op_plugin::as_argument(saved.{src.name})"
+        return f"op_plugin::as_argument({src.name})"
 
     # Every backward argument, in order: its source, or its default (the typed call passes all).
     sources = dict(pair.inputs)
@@ -97,16 +110,15 @@ def _pair_context(registry: Registry, op: OpEntry, backward: OpEntry) -> dict[st
     bwd_outputs = _outputs(backward)
     grads, formulas = dict(pair.grads), dict(pair.formulas)
     returns = []
-    for i, a in enumerate(args):
+    for a in args:
         if a.name in grads:
             value = "grads_in" if len(bwd_outputs) == 1 else f"std::get<{bwd_outputs.index(grads[a.name])}>(grads_in)"
-            returns.append({"index": i, "name": a.name, "value": value})
+            returns.append({"edge": tensor_args.index(a.name), "name": a.name, "value": value})
         elif a.name in formulas:
             f = formulas[a.name]
             call = f"op_plugin::formulas::{f.function}({', '.join(value_of(x) for x in f.args)})"
-            returns.append({"index": i, "name": a.name, "value": call})
+            returns.append({"edge": tensor_args.index(a.name), "name": a.name, "value": call})
 
-    overrides = {name: _cpp_literal(value) for name, value in pair.forward_overrides}
     overridden = op.outputs_shaped_by(set(overrides))
     env = env_of(op)
     render = cpp.ExprRenderer(env, symbolic=True)
@@ -114,34 +126,30 @@ def _pair_context(registry: Registry, op: OpEntry, backward: OpEntry) -> dict[st
     for rule in (o for o in op.outputs if o.name in overridden):
         lets = _lets_for(op, [rule.shape, rule.dtype])
         caller_outputs.append({
-            "index": tensor_outputs.index(rule.name), "name": rule.name,
+            "name": rule.name,
             "lets": [{"name": let.name, "expr": render(let.expr)} for let in lets],
             "shape": render(rule.shape), "dtype": render(rule.dtype)})
-    tensor_args = [a.name for a in args if E.base(a.kind) == E.TENSOR]
     return {
         "forward": op.name,
         "backward": backward.name,
         "loc": pair.loc,
-        "function": op.kernel + "Autograd",
-        "saved_struct": op.kernel + "Saved",
-        "args": [{"name": a.name, "type": a.cpp_type, "kind": a.kind,
-                  "value": overrides.get(a.name, a.name)} for a in args],
+        "node": op.kernel + "Backward",
+        "args": [{"name": a.name, "type": a.cpp_type, "run": run[a.name]} for a in args],
         "binding_params": ", ".join(f"{a.cpp_type} {a.name}" for a in args),
         "signature": f"{cpp.binding_returns(func)}({', '.join(a.cpp_type for a in args)})",
         "returns_type": cpp.binding_returns(func),
         "outputs": outputs,
-        "tensor_outputs": tensor_outputs,
-        "int_outputs": int_outputs,
-        "saved_tensors": [{"name": n, "optional": kinds[n] == E.TENSOR + E.OPTIONAL} for n in saved_tensors],
+        "differentiable": differentiable,
+        "saved_tensors": saved_tensors,
         "saved_values": saved_values,
-        "non_differentiable": list(pair.non_differentiable),
-        "grad_sources": [{"name": n, "index": tensor_outputs.index(n)} for n in grad_sources],
+        "grad_sources": [{"name": n, "index": differentiable.index(n)} for n in grad_sources],
         "backward_signature": f"{cpp.binding_returns(backward.func)}({', '.join(bwd_types)})",
         "call_args": call_args,
         "returns": returns,
         "tensor_args": tensor_args,
         "uses_formulas": bool(formulas),
-        "overrides": [{"name": n, "value": v} for n, v in overrides.items()],
+        "overrides": [{"name": n, "type": next(a.cpp_type for a in args if a.name == n), "value": v}
+                      for n, v in overrides.items()],
         "caller_outputs": caller_outputs,
     }
 

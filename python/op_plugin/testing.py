@@ -14,6 +14,7 @@ checks here are what a demanding user runs on a custom op:
     check_export       torch.export with every tensor dimension dynamic, and its save/load round
                        trip, equal to eager at the sample's sizes and at other sizes
     check_dynamic_compile  torch.compile(dynamic=True) compiles once for every size the op accepts
+    check_func_transforms  torch.func.vjp equals torch.autograd.grad (ops with an autograd pairing)
     check_eager_path   no Python runs on the eager call, forward or backward, past torch's own
                        entry points (the op's Autograd kernel, binding and kernels are C++)
     check_error        one failing call per check: a mutated sample fires the check's text, in
@@ -500,6 +501,31 @@ def _check_dynamic_compile(spec: OpSpec) -> None:
                     assert a == b, f"{spec.name} sample {i} {label}: {what} {b} != {a}"
             resized += bool(label)
     assert resized, f"{spec.name}: no sample runs at other sizes (give a sample dims:)"
+
+
+def check_func_transforms(spec: OpSpec) -> None:
+    """torch.func.vjp of every sample's call (its differentiable outputs with respect to its
+    differentiable inputs) gives torch.autograd.grad's gradients bit for bit: the Autograd kernel's
+    node works under torch.func's transforms, as an aten op's does."""
+    for i, x in enumerate(samples(spec, _first_dtype(spec))):
+        names = _differentiable(spec, x)
+        if not names or not spec.differentiable_outputs:
+            continue
+
+        def f(*leaves: torch.Tensor, x: dict[str, Any] = x, names: list[str] = names) -> tuple[torch.Tensor, ...]:
+            outs = _outputs(spec.op(**{**x, **dict(zip(names, leaves))}), spec.outputs)
+            return tuple(outs[n] for n in spec.differentiable_outputs)
+
+        primals = [x[n].detach() for n in names]
+        outs, vjp_fn = torch.func.vjp(f, *primals)
+        cotangents = tuple(torch.randn(o.shape, generator=torch.Generator().manual_seed(k)).to(o.dtype)
+                           for k, o in enumerate(outs))
+        got = vjp_fn(cotangents)
+        leaves = [p.clone().requires_grad_() for p in primals]
+        want = torch.autograd.grad(f(*leaves), leaves, cotangents, allow_unused=True)
+        for name, a, b in zip(names, want, got):
+            a = torch.zeros_like(b) if a is None else a
+            torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m: f"{spec.name} sample {i} vjp of {name}: {m}")
 
 
 def check_no_grad(spec: OpSpec) -> None:

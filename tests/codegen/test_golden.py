@@ -91,15 +91,18 @@ def test_golden_covers_the_features_it_claims(tmp_path: Path) -> None:
     assert "torch.ops.op_plugin.toy_attn(q, k, scale=scale, **_given)" in wrappers
     autograd = (tmp_path / "a/bindings/toy_attn_autograd.cpp").read_text()
     assert "grad_out,  // grad_out" in autograd and "lse,  // softmax_lse" in autograd  # a renamed source
-    assert "ctx->mark_non_differentiable({lse});" in autograd
-    assert "if (needs(1)) grads[1] = std::get<0>(grads_in);  // q" in autograd
+    # lse is non-differentiable: not attached to the node, saved as a plain value (is_output false)
+    assert "torch::autograd::set_history(out, grad_fn);" in autograd and "set_history(lse" not in autograd
+    assert "grad_fn->lse_ = SavedVariable(lse, /*is_output=*/false);" in autograd
+    assert "if (task_should_compute_output(0)) grad_inputs[0] = std::get<0>(grads_in);  // q" in autograd
     assert "true);  // deterministic" in autograd  # the backward's own default, spelled out for the typed call
     lse_attn = (tmp_path / "a/bindings/toy_lse_attn_autograd.cpp").read_text()
-    assert "ToyLseAttnAutograd::apply(ks, q, k, bias, true)" in lse_attn  # forward_overrides
-    assert "if (return_lse != true) {" in lse_attn and "std::vector<c10::SymInt>{1}" in lse_attn
+    assert "const bool return_lse_run = true;" in lse_attn  # forward_overrides
+    assert "redispatch(ks & c10::after_autograd_keyset, q, k, bias, return_lse_run);" in lse_attn
+    assert "if (return_lse != return_lse_run) {" in lse_attn and "std::vector<c10::SymInt>{1}" in lse_attn
     assert "op_plugin::formulas::toy_bias_grad(grad_out, out, bias)" in lse_attn
     dropout = (tmp_path / "a/bindings/toy_dropout_autograd.cpp").read_text()
-    assert "int_outputs[0] = seed;" in dropout and "op_plugin::as_argument(saved.seed)" in dropout
+    assert "grad_fn->seed = op_plugin::saved_value(seed);" in dropout and "op_plugin::as_argument(seed)" in dropout
     stages = (tmp_path / "a/include/op_plugin/ops/toy_dropout_stages.inc").read_text()
     assert "*seed = ex->args.seed;" in stages  # the plan writes the int outputs into the captured args
     assert "return ToyDropoutKernel::run(args, plan, workspace);" in stages  # no dtypes: one entry point
