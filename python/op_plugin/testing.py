@@ -382,7 +382,8 @@ def _resized_calls(spec: OpSpec, index: int, dtype: torch.dtype) -> Iterator[tup
                 if set(y_tensors) != set(tensors) or y_rest != rest:
                     continue
                 spec.op(**y)
-            except RuntimeError:  # the op (or the forward a backward's sample runs) rejects the size
+            # The op, or the forward a backward's sample runs, rejects the size.
+            except (RuntimeError, ValueError, IndexError):
                 continue
             yield f"{dim}={new}", y
 
