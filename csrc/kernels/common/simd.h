@@ -255,12 +255,16 @@ struct Ops512Base {
   static V mask_range(V x, int64_t base, int64_t lo, int64_t hi) {
     return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), range_mask(base, lo, hi), x);
   }
-  // 2^x: x clamped to [-200, 127]; n = round(x), r = x - n in [-0.5, 0.5], 2^r by the Cephes
-  // exp2f polynomial, then vscalefps(p, n). For x <= -150 the result underflows to exactly 0,
-  // so masked (-inf) logits contribute nothing. NaN propagates: max/min return their second
-  // operand when one is NaN.
+  // 2^x: x clamped to [-125, 127]; n = round(x), r = x - n in [-0.5, 0.5], 2^r by the Cephes
+  // exp2f polynomial, then vscalefps(p, n); lanes with x < -125 (masked, -inf, logits) are set to
+  // exactly 0 afterwards, so they contribute nothing. Why not let vscalefps underflow to 0: on
+  // Intel cores an underflowing vscalefps takes a microcode assist, about 12 cycles per element
+  // against 0.6 for the whole softmax step (docs/decisions.md), and masked lanes are common.
+  // NaN propagates: max/min return their second operand when one is NaN, and the unordered
+  // compare keeps NaN lanes.
   static V exp2(V x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
+    x = _mm512_max_ps(_mm512_set1_ps(-125.0f), x);
     x = _mm512_min_ps(_mm512_set1_ps(127.0f), x);
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(x, n);
@@ -271,7 +275,7 @@ struct Ops512Base {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402264791363012e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931472028550421e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
   }
   static V select_neginf(V cond_src, V a, V b) {
     const __mmask16 c = _mm512_cmp_ps_mask(cond_src, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);

@@ -175,10 +175,13 @@ struct AmxForward {
 
   // 2^x for x <= 0 (or NaN), the softmax's arguments (x - max): n = round(x), r = x - n, 2^r by
   // a degree-5 minimax polynomial on [-0.5, 0.5] (relative error 2.3e-7, about 2 ulp; degree 6
-  // buys nothing a bf16 P or an fp32 sum can show), then vscalefps. x <= -150 gives exactly 0, so
-  // masked (-inf) logits contribute nothing; NaN propagates (max returns its second operand).
+  // buys nothing a bf16 P or an fp32 sum can show), then vscalefps. x < -125 gives exactly 0, so
+  // masked (-inf) logits contribute nothing, by a lane mask rather than by letting vscalefps
+  // underflow (a microcode assist on Intel: Ops512Base::exp2); NaN propagates (max returns its
+  // second operand, the unordered compare keeps the lane).
   static V exp2_nonpositive(V x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
+    x = _mm512_max_ps(_mm512_set1_ps(-125.0f), x);
     const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const V r = _mm512_sub_ps(x, n);
     V q = _mm512_set1_ps(1.327647129073739e-3f);
@@ -187,7 +190,7 @@ struct AmxForward {
     q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(2.402212023735046e-1f));
     q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(6.931469440460205e-1f));
     q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.000000119209290e+0f));
-    return _mm512_scalef_ps(q, n);
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(q, n));
   }
 
   // One query row i over keys j0 .. j0 + nk - 1 (nk a multiple of 32): x = c2 * S (+ bias),
@@ -217,9 +220,15 @@ struct AmxForward {
           mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(srow + j + 16));
         }
       } else {
+        // only the vectors at the window's two edges need lane masks
         for (int64_t j = 0; j < nk; j += 32) {
-          mx = _mm512_max_ps(mx, Ops512Base::mask_range(_mm512_loadu_ps(srow + j), j, lo, hi));
-          mx1 = _mm512_max_ps(mx1, Ops512Base::mask_range(_mm512_loadu_ps(srow + j + 16), j + 16, lo, hi));
+          V x0 = _mm512_loadu_ps(srow + j), x1 = _mm512_loadu_ps(srow + j + 16);
+          if (j < lo || j + 31 > hi) {
+            x0 = Ops512Base::mask_range(x0, j, lo, hi);
+            x1 = Ops512Base::mask_range(x1, j + 16, lo, hi);
+          }
+          mx = _mm512_max_ps(mx, x0);
+          mx1 = _mm512_max_ps(mx1, x1);
         }
       }
       mx = _mm512_max_ps(mx, mx1);
@@ -245,7 +254,7 @@ struct AmxForward {
       if (plain) {
         x0 = _mm512_fmsub_ps(_mm512_loadu_ps(srow + j), vc2, vm);
         x1 = _mm512_fmsub_ps(_mm512_loadu_ps(srow + j + 16), vc2, vm);
-        if (!full) {
+        if (!full && (j < lo || j + 31 > hi)) {
           x0 = Ops512Base::mask_range(x0, j, lo, hi);
           x1 = Ops512Base::mask_range(x1, j + 16, lo, hi);
         }
