@@ -209,19 +209,24 @@ struct AmxForward {
     }
     const bool full = lo <= 0 && hi >= nk - 1;
     const bool plain = kFeat == 0 && c2 > 0.0f;
+    // Only the 32-key groups [jb, je) hold visible keys (a window's edges, the causal diagonal):
+    // the rest of P is zero and costs no exp.
+    const int64_t jb = full ? 0 : imax(lo, 0) & ~int64_t(31), je = full ? nk : imin(nk, pad32(hi + 1));
+    if (jb > 0) std::memset(prow, 0, static_cast<size_t>(jb) * 2);
+    if (je < nk) std::memset(prow + je, 0, static_cast<size_t>(nk - je) * 2);
     const V vc2 = _mm512_set1_ps(c2);
     V mx = _mm512_set1_ps(-INFINITY);
     if (plain) {
       // two independent chains per 32 keys (a single max chain is latency-bound)
       V mx1 = mx;
       if (full) {
-        for (int64_t j = 0; j < nk; j += 32) {
+        for (int64_t j = jb; j < je; j += 32) {
           mx = _mm512_max_ps(mx, _mm512_loadu_ps(srow + j));
           mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(srow + j + 16));
         }
       } else {
         // only the vectors at the window's two edges need lane masks
-        for (int64_t j = 0; j < nk; j += 32) {
+        for (int64_t j = jb; j < je; j += 32) {
           V x0 = _mm512_loadu_ps(srow + j), x1 = _mm512_loadu_ps(srow + j + 16);
           if (j < lo || j + 31 > hi) {
             x0 = Ops512Base::mask_range(x0, j, lo, hi);
@@ -233,7 +238,7 @@ struct AmxForward {
       }
       mx = _mm512_max_ps(mx, mx1);
     } else {
-      for (int64_t j = 0; j < nk; j += 16) {
+      for (int64_t j = jb; j < je; j += 16) {
         V x = _mm512_mul_ps(_mm512_loadu_ps(srow + j), vc2);
         if constexpr ((kFeat & kFeatBias) != 0) x = _mm512_add_ps(x, bias16(p, b, n, i, j0 + j, c2));
         if (!full) x = Ops512Base::mask_range(x, j, lo, hi);
@@ -249,7 +254,7 @@ struct AmxForward {
     V sum0 = _mm512_setzero_ps(), sum1 = sum0;
     uint64_t e0 = 0;
     if constexpr ((kFeat & kFeatDropout) != 0) e0 = dropout_row0(p, b, n, i) + static_cast<uint64_t>(j0);
-    for (int64_t j = 0; j < nk; j += 32) {
+    for (int64_t j = jb; j < je; j += 32) {
       V x0, x1;
       if (plain) {
         x0 = _mm512_fmsub_ps(_mm512_loadu_ps(srow + j), vc2, vm);
