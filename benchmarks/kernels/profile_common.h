@@ -112,7 +112,8 @@ void profile_run(const char* title, double flop, Run&& run) {
       for (int i = 0; i < profile::kPhases; ++i) best[i] = g_cycles[i];
     }
   }
-  const char* names[profile::kPhases] = {"pack/convert", "tile GEMM", "softmax", "reductions", "other"};
+  const char* names[profile::kPhases] = {"pack/convert", "tile GEMM", "softmax", "reductions", "other",
+                                         "GEMM+softmax"};
   const double gf = flop / best_s / 1e9;
   if (best_s < 1e-3)  // decode sizes: microseconds
     std::printf("%s: %.2f us, %.0f useful GFLOP/s (best of 7)", title, best_s * 1e6, gf);

@@ -109,9 +109,12 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, con
 // Column blocks outer, row blocks inner: a block of B (the large operand of the attention GEMMs,
 // streamed from L2) is loaded from memory once and reused from L1 for every row block, while A
 // (a few query rows, or P) stays in L1 throughout.
-template <bool kAccumulate>
+// `between()` runs after each block of C is issued: vector work placed there (memory the GEMM
+// does not touch) executes while the block's tile instructions do, since the core overlaps tile
+// and vector instructions that are close in the instruction stream (docs/decisions.md).
+template <bool kAccumulate, class Between>
 OP_AMX_TARGET inline void gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
-                               int64_t ldp, float* C, int64_t ldc) {
+                               int64_t ldp, float* C, int64_t ldc, Between&& between) {
   compiler_barrier();
   const int64_t lda_b = lda * 2, ldc_b = ldc * 4;
   for (int64_t n0 = 0; n0 < N; n0 += 32) {
@@ -130,9 +133,19 @@ OP_AMX_TARGET inline void gemm(int64_t M, int64_t N, int64_t K, const uint16_t* 
         block<1, 2, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
       else
         block<1, 1, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+      between();
     }
   }
   compiler_barrier();
+}
+
+// Number of C blocks gemm() issues (the calls of `between`).
+inline int64_t gemm_blocks(int64_t M, int64_t N) { return ((M + 31) / 32) * ((N + 31) / 32); }
+
+template <bool kAccumulate>
+OP_AMX_TARGET inline void gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+                               int64_t ldp, float* C, int64_t ldc) {
+  gemm<kAccumulate>(M, N, K, A, lda, B, ldp, C, ldc, [] {});
 }
 
 // ---- packing into the tile layouts (AVX-512) ------------------------------------------------

@@ -10,7 +10,8 @@
 
 namespace op_plugin {
 namespace profile {
-enum Phase : int { kPack = 0, kGemm = 1, kSoftmax = 2, kReduce = 3, kOther = 4, kPhases = 5 };
+// kOverlap: tile GEMMs with vector work interleaved (the AMX forward's S = Q K^T with the softmax).
+enum Phase : int { kPack = 0, kGemm = 1, kSoftmax = 2, kReduce = 3, kOther = 4, kOverlap = 5, kPhases = 6 };
 }  // namespace profile
 }  // namespace op_plugin
 

@@ -12,9 +12,10 @@
 //   O += P V         B = V as VNNI panels (key pairs), packed once per call; O stays in an fp32
 //                    block of the task, rescaled by the row's alpha when its max moves
 // Every GEMM operand is read from the layout tiles load, so nothing is copied between GEMMs,
-// and the tile configuration is loaded once per task (amx::TileScope). Per strip the key range
-// stops at the last key a row of the strip can see (causal and window blocks cut short); key
-// blocks outside the window are never visited.
+// and the tile configuration is loaded once per task (amx::TileScope). A strip's softmax runs
+// interleaved with the next strip's S = Q K^T, which the core overlaps (software pipelining).
+// Per strip the key range stops at the last key a row of the strip can see (causal and window
+// blocks cut short); key blocks outside the window are never visited.
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -80,6 +81,8 @@ inline void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void
   });
 }
 
+static_assert(flash::kAmxBlockQ >= 64, "the AMX forward alternates two 32-row halves of the score buffer");
+
 struct AmxForward {
   using S = float;
   using V = __m512;
@@ -142,32 +145,74 @@ struct AmxForward {
     }
 
     amx::TileScope tiles;
+    // Items (key block j0, strip of 32 rows r0), in order. Strip by strip so that the strip's
+    // scores, P and O stay in L1 between the GEMMs and the softmax; the block of K and V streams
+    // from L2. Keys [j0, j0 + nk) cover what the strip's rows can see (causal and window blocks
+    // are cut short per strip). Software-pipelined, since the core overlaps tile and vector
+    // instructions that are close in the stream (docs/decisions.md): an item's softmax rows are
+    // spread over the blocks of the next item's S = Q K^T, then its own O += P V runs. (Spreading
+    // half of them over the previous item's O += P V as well measured no faster.) The scores
+    // alternate between the two 32-row halves of the score buffer by item, so the next item's S
+    // never overwrites the one being read; an item's softmax rescales its O rows after the
+    // previous item of its strip has finished its O += P V (one item earlier at the latest).
+    struct Item {
+      int64_t j0, r0, srows, m16, nk;
+      float* s;
+    };
+    auto softmax_rows = [&](const Item& it, int64_t& done, int64_t upto) {
+      for (; done < upto; ++done) {
+        const int64_t r = it.r0 + done;
+        softmax_row<kFeat>(p, b, n, i0 + r, it.j0, it.nk, w, c2, it.s + done * kLdS, pa + r * kLdP, m + r, l + r,
+                           o + r * ldO, Dvp, dkey, lanes);
+      }
+    };
+    // A hook for amx::gemm: after its k-th of `blocks` blocks, the item's rows up to an even share of
+    // [done, upto).
+    auto spread = [&](int64_t blocks, const Item& it, int64_t& done, int64_t upto) {
+      return [&softmax_rows, &it, &done, blocks, upto, start = done, issued = int64_t(0)]() mutable {
+        softmax_rows(it, done, start + (upto - start) * ++issued / blocks);
+      };
+    };
+    auto scores = [&](const Item& it, auto&& between) {
+      amx::gemm<false>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, pan.k + (it.j0 / 16) * 16 * Dpad, 16 * Dpad, it.s,
+                       kLdS, between);
+    };
+    auto pv = [&](const Item& it) {
+      amx::gemm<true>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, pan.v + 32 * (it.j0 / 2), pan.vld, o + it.r0 * ldO,
+                      ldO);
+    };
+    Item pending{};  // the item whose scores are computed and whose softmax and O += P V are not
+    bool has_pending = false;
+    int half = 0;
     const int64_t jlo = w.lo(i0) & ~int64_t(31), jhi = w.hi(i0 + rows - 1);
     for (int64_t j0 = jlo; j0 <= jhi; j0 += Bc) {
-      // Strip by strip of 32 rows, so that the strip's scores, P and O stay in L1 between the
-      // GEMMs and the softmax; the block of K and V streams from L2. Keys [j0, j0 + nk) cover
-      // what the strip's rows can see (causal and window blocks are cut short per strip).
       for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-        const int64_t srows = imin(32, rows - r0), m16 = (srows + 15) / 16 * 16;
+        const int64_t srows = imin(32, rows - r0);
         const int64_t vis = imin(j0 + Bc, w.hi(i0 + r0 + srows - 1) + 1) - j0;
         if (vis <= 0 || w.lo(i0 + r0) >= j0 + Bc) continue;
-        const int64_t nk = pad32(vis);
-        {
+        const Item it{j0, r0, srows, (srows + 15) / 16 * 16, pad32(vis), s + half * 32 * kLdS};
+        half ^= 1;
+        if (!has_pending) {
           OP_PROFILE_SCOPE(kGemm);
-          amx::gemm<false>(m16, nk, Dpad, qa + r0 * Dpad, Dpad, pan.k + (j0 / 16) * 16 * Dpad, 16 * Dpad,
-                           s + r0 * kLdS, kLdS);
+          scores(it, [] {});
+        } else {
+          OP_PROFILE_SCOPE(kOverlap);
+          int64_t done = 0;
+          scores(it, spread(amx::gemm_blocks(it.m16, it.nk), pending, done, pending.srows));
+          pv(pending);
         }
-        {
-          OP_PROFILE_SCOPE(kSoftmax);
-          for (int64_t r = r0; r < r0 + srows; ++r)
-            softmax_row<kFeat>(p, b, n, i0 + r, j0, nk, w, c2, s + r * kLdS, pa + r * kLdP, m + r, l + r,
-                               o + r * ldO, Dvp, dkey, lanes);
-        }
-        {
-          OP_PROFILE_SCOPE(kGemm);
-          amx::gemm<true>(m16, Dvp, nk, pa + r0 * kLdP, kLdP, pan.v + 32 * (j0 / 2), pan.vld, o + r0 * ldO, ldO);
-        }
+        pending = it;
+        has_pending = true;
       }
+    }
+    if (has_pending) {
+      {
+        OP_PROFILE_SCOPE(kSoftmax);
+        int64_t done = 0;
+        softmax_rows(pending, done, pending.srows);
+      }
+      OP_PROFILE_SCOPE(kGemm);
+      pv(pending);
     }
     OP_PROFILE_SCOPE(kOther);
     finalize_rows<float, true>(p, out_kind, b, n, i0, rows, w, sink, m0, m, l, o, ldO, tmp);
