@@ -126,9 +126,13 @@ void profile_run(const char* title, double flop, Run&& run) {
   for (int i = 0; i < profile::kPhases; ++i) {
     if (!best[i]) continue;
     std::printf("  %-14s %5.1f%%", names[i], 100.0 * best[i] / best_total);
-    if (i == profile::kGemm) {  // useful GEMM FLOPs over the GEMM phase's time
-      const double g = flop / (best_s * best[i] / best_total) / 1e9;
-      std::printf("   (%.0f GFLOP/s", g);
+    // Useful GEMM FLOPs over the GEMM phases' time: the tile GEMM phase alone, or, where some
+    // GEMMs run interleaved with the softmax (kOverlap), over both phases together.
+    const bool overlap = best[profile::kOverlap] != 0;
+    if (i == (overlap ? profile::kOverlap : profile::kGemm)) {
+      const uint64_t cycles = best[profile::kGemm] + (overlap ? best[profile::kOverlap] : 0);
+      const double g = flop / (best_s * cycles / best_total) / 1e9;
+      std::printf("   (%s%.0f GFLOP/s", overlap ? "with tile GEMM: " : "", g);
       if (peak > 0) std::printf(" = %.0f%% of the tile peak", 100.0 * g / peak);
       std::printf(")");
     }
