@@ -2,7 +2,7 @@
 # Builds one op family's kernels with the phase counters of kernels/common/profile.h
 # (-DOP_PLUGIN_PROFILE) and runs benchmarks/kernels/profile_<family>.cpp: where the time goes,
 # per phase (packing, tile GEMMs, softmax, reductions), one thread.
-# Usage: bash benchmarks/kernels/profile.sh flash_attention [bfloat16|float32] [S] [D]
+# Usage: bash benchmarks/kernels/profile.sh flash_attention [bfloat16|float32] [S] [D] [W: a causal window instead]
 #        bash benchmarks/kernels/profile.sh floyd_attention [bfloat16|float32|float16] [N=M=K] [D]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
