@@ -262,7 +262,12 @@ struct AmxBackward {
     float* bias = (kFeat & kFeatBias) ? c.take<float>(Bc * Br) : nullptr;
     uint8_t* mt = (kFeat & kFeatBias) ? c.take<uint8_t>(Bc * Br) : nullptr;
 
-    std::memset(dqt, 0, sizeof(float) * static_cast<size_t>(Dp * ldq));
+    // Query rows that can see a key of this chunk (all of them unless a window or the causal
+    // diagonal cuts them off): only their dQ^T columns are accumulated, zeroed and transposed.
+    const int64_t qlo = imax(0, w.first_row(jbeg)), qhi = imin(sq - 1, w.last_row(jend - 1));
+    const int64_t col_lo = qlo & ~int64_t(31), col_hi = imin(ldq, pad32(qhi + 1));
+    for (int64_t d = 0; d < Dp && col_lo < col_hi; ++d)
+      std::memset(dqt + d * ldq + col_lo, 0, sizeof(float) * static_cast<size_t>(col_hi - col_lo));
     DropoutKey dkey;
     DropoutLanes lanes;
     uint64_t e_head = 0;  // dropout element of (row 0, key 0) of this head
@@ -323,10 +328,20 @@ struct AmxBackward {
       }
     }
 
-    // dQ: the task's [D][Sq] block transposed back into rows, 16 x 16 at a time
+    // dQ: the task's [D][Sq] block transposed back into rows, 16 x 16 at a time; the rows outside
+    // [qlo, qhi] got nothing from this chunk and are written as zeros
     OP_PROFILE_SCOPE(kReduce);
     char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
-    for (int64_t i0 = 0; i0 < sq; i0 += 16) {
+    auto zero_dq_row = [&](int64_t i) {
+      if (C > 1)
+        std::memset(dqpart + i * dqpart_ld, 0, sizeof(float) * static_cast<size_t>(D));
+      else
+        zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
+    };
+    const int64_t t_lo = qlo <= qhi ? qlo & ~int64_t(15) : sq, t_hi = qlo <= qhi ? imin(sq, (qhi | 15) + 1) : sq;
+    for (int64_t i = 0; i < t_lo; ++i) zero_dq_row(i);
+    for (int64_t i = t_hi; i < sq; ++i) zero_dq_row(i);
+    for (int64_t i0 = t_lo; i0 < t_hi; i0 += 16) {
       for (int64_t d0 = 0; d0 < Dp; d0 += 16)
         amx::transpose16x16_u32(reinterpret_cast<const uint32_t*>(dqt + d0 * ldq + i0), ldq, 16, 16,
                                 reinterpret_cast<uint32_t*>(tmp + d0), ldK);
