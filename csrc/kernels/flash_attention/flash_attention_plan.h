@@ -19,11 +19,12 @@ enum class Compute : int32_t {
 };
 
 // AMX-BF16 dataflow (kBf16Amx): query rows per task and keys per block (multiples of 32: strips
-// of 2 A tiles, and the tile contraction). Measured at B=1 N=8 S=2048 D=128 (docs/decisions.md):
-// 64 to 256 rows and 256 or 512 keys are within noise of each other; 64 rows give more tasks to
-// balance, and fewer keys lose the amortisation of each row's online-softmax bookkeeping.
+// of 2 A tiles, and the tile contraction). Measured (docs/decisions.md): 64 to 256 rows are
+// within noise of each other, and 64 give more tasks to balance; 512 keys beat 256 by 3-5%
+// (dense S=2048 D=128 and window W=512 D=64), since each row's online-softmax bookkeeping (two
+// reductions, the rescale of its O row) is amortised over twice the keys.
 constexpr int64_t kAmxBlockQ = 64;
-constexpr int64_t kAmxBlockKV = 256;
+constexpr int64_t kAmxBlockKV = 512;
 // Row strides of the score (fp32) and P (bf16) blocks for a key block of bkv keys, off powers of
 // two so that the 16 rows of a tile do not share a few L1 sets.
 constexpr int64_t amx_ld_scores(int64_t bkv) { return bkv + 16; }
