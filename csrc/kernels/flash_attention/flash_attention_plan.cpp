@@ -133,9 +133,11 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   if (bwd) {
     // Enough tasks to balance a few threads even when B * N1 is small (and to survive a
     // preempted thread): at least kBwdMinTasks when the keys allow it.
-    // The dQ partials cost chunks x |dQ| in fp32, so large problems (which have enough heads
-    // or enough rows to balance anyway) are capped at 2^24 partial elements.
-    constexpr int64_t kBwdMinTasks = 16;
+    // The dQ partials cost chunks x |dQ| in fp32, written, read back and summed, so large
+    // problems (which have enough heads or enough rows to balance anyway) are capped at 2^24
+    // partial elements. 8, not 16: at B * N1 = 8 two chunks per head cost the AMX backward 4 of
+    // 65 ms (one thread, S=2048 D=128) and the fp32 one 3-9% (docs/decisions.md).
+    constexpr int64_t kBwdMinTasks = 8;
     constexpr int64_t kMaxPartialElems = int64_t(1) << 24;
     int64_t tiles_max = 0, q_rows = 0;
     for (int64_t b = 0; b < p.batch; ++b) {
