@@ -40,8 +40,9 @@ struct Buf {
     t.ndim = static_cast<int>(shape.size());
     int64_t n = 1;
     for (int d = t.ndim - 1; d >= 0; --d) { t.shape[d] = shape[d]; t.strides[d] = n; n *= shape[d]; }
-    mem.resize(static_cast<size_t>(n * dtype_size(dt)));
-    t.data = mem.data();
+    // 64-byte aligned, as torch's CPU allocator aligns tensors (kernels may read aligned inputs in place)
+    mem.resize(static_cast<size_t>(n * dtype_size(dt)) + 64);
+    t.data = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
   }
   void randn(uint32_t seed) {
     std::mt19937 rng(seed);

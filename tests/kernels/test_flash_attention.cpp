@@ -487,8 +487,9 @@ static std::vector<Case> cases() {
   { Case c; c.layout = "TND"; c.lq = {1, 0, 4, 2}; c.lkv = {7, 3, 64, 0}; c.N1 = 4; c.N2 = 1; c.mode = 4; c.wl = 5; c.wr = 2; add(c); }
   { Case c; c.layout = "BNSD"; c.S1 = 1; c.S2 = 130; c.N1 = 2; c.N2 = 2; c.D = 128; c.Dv = 128; c.sinks = true; add(c); }
   // long rows: several key blocks of every path (the AMX forward's are 512 keys), so the online
-  // softmax rescales across blocks, and a window whose edges fall inside blocks
-  { Case c; c.N1 = 2; c.N2 = 1; c.D = 32; c.Dv = 32; c.S1 = 1030; c.S2 = 1100; c.mode = 3; add(c); }
+  // softmax rescales across blocks, and a window whose edges fall inside blocks; the first with
+  // D and keys multiples of 32 and K / V rows strided by N2 * D (the AMX backward reads them in place)
+  { Case c; c.N1 = 4; c.N2 = 2; c.D = 32; c.Dv = 32; c.S1 = 1030; c.S2 = 1088; c.mode = 3; add(c); }
   { Case c; c.N1 = 1; c.N2 = 1; c.D = 64; c.Dv = 48; c.S1 = 700; c.S2 = 1300; c.mode = 4; c.wl = 600; c.wr = 33; add(c); }
   // production head dims
   { Case c; c.N1 = 2; c.N2 = 2; c.D = 128; c.Dv = 128; c.S1 = 70; c.S2 = 100; c.mode = 3; add(c); }
