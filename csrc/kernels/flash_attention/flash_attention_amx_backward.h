@@ -446,14 +446,18 @@ struct AmxBackward {
   }
 
   // One vector of 16 queries against one key: returns P^T as it feeds dV (dropout applied),
-  // sets *ds to dS^T. Lanes outside [lo, hi] (queries that cannot see the key) are 0.
+  // sets *ds to dS^T. Lanes outside [lo, hi] (queries that cannot see the key) are 0; the lane
+  // mask is built only for vectors that have such lanes (a window's or the diagonal's edges).
   template <int kFeat>
   static V prob(const float* s, const float* dp, const float* bias, V vc2, V l2, V dl, int64_t base, int64_t lo,
                 int64_t hi, uint64_t e_vec, const DropoutLanes& lanes, const DropoutKey& dkey, V* ds) {
-    V x = _mm512_mul_ps(_mm512_loadu_ps(s), vc2);
-    if constexpr ((kFeat & kFeatBias) != 0) x = _mm512_add_ps(x, _mm512_loadu_ps(bias));
-    x = Ops512Base::mask_range(x, base, lo, hi);
-    const V pv = Ops512Base::exp2(_mm512_sub_ps(x, l2));
+    V x;
+    if constexpr ((kFeat & kFeatBias) != 0)
+      x = _mm512_sub_ps(_mm512_fmadd_ps(_mm512_loadu_ps(s), vc2, _mm512_loadu_ps(bias)), l2);
+    else
+      x = _mm512_fmsub_ps(_mm512_loadu_ps(s), vc2, l2);
+    if (base < lo || base + 15 > hi) x = Ops512Base::mask_range(x, base, lo, hi);
+    const V pv = Ops512Base::exp2_nonpositive(x);
     V pd = pv, dpv = _mm512_loadu_ps(dp);
     if constexpr ((kFeat & kFeatDropout) != 0) {
       const V z = dropout_apply<Ops512Base>(_mm512_set1_ps(1.0f), e_vec, lanes, dkey);

@@ -218,26 +218,6 @@ struct AmxForward {
     finalize_rows<float, true>(p, out_kind, b, n, i0, rows, w, sink, m0, m, l, o, ldO, tmp);
   }
 
-  // 2^x for x <= 0 (or NaN), the softmax's arguments (x - max): n = round(x), r = x - n, 2^r by
-  // a degree-5 minimax polynomial on [-0.5, 0.5] (relative error 2.3e-7, about 2 ulp; degree 6
-  // buys nothing a bf16 P or an fp32 sum can show), then vscalefps. x < -125 gives exactly 0, so
-  // masked (-inf) logits contribute nothing, by a lane mask rather than by letting vscalefps
-  // underflow (a microcode assist on Intel: Ops512Base::exp2); NaN propagates (max returns its
-  // second operand, the unordered compare keeps the lane).
-  static V exp2_nonpositive(V x) {
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
-    x = _mm512_max_ps(_mm512_set1_ps(-125.0f), x);
-    const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const V r = _mm512_sub_ps(x, n);
-    V q = _mm512_set1_ps(1.327647129073739e-3f);
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.675540961325169e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.550713092088699e-2f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(2.402212023735046e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(6.931469440460205e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.000000119209290e+0f));
-    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(q, n));
-  }
-
   // One query row i over keys j0 .. j0 + nk - 1 (nk a multiple of 32): x = c2 * S (+ bias),
   // masked to the row's window; m, l updated online; P = 2^(x - m) as bf16 (dropout applied to
   // P only, never to the sum); the row's O rescaled when its max moves. Without swa features and
@@ -312,7 +292,7 @@ struct AmxForward {
         x0 = _mm512_sub_ps(_mm512_loadu_ps(srow + j), vm);
         x1 = _mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), vm);
       }
-      V p0 = exp2_nonpositive(x0), p1 = exp2_nonpositive(x1);
+      V p0 = Ops512Base::exp2_nonpositive(x0), p1 = Ops512Base::exp2_nonpositive(x1);
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
       if constexpr ((kFeat & kFeatDropout) != 0) {
