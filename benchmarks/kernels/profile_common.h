@@ -2,6 +2,7 @@
 // kernel sources): tensors, the tile peak of this core, and the timing loop that attributes the
 // best run's cycles to the phases of kernels/common/profile.h.
 #pragma once
+#include <sys/mman.h>
 #include <x86intrin.h>
 
 #include <algorithm>
@@ -31,18 +32,47 @@ inline const char* dtype_name(opDataType dt) {
   return dt == OP_DT_FLOAT ? "float32" : dt == OP_DT_FLOAT16 ? "float16" : "bfloat16";
 }
 
+// Zeroed memory as the benchmarks get it from torch: aligned (torch aligns tensors to 64 bytes;
+// kernels may read aligned inputs in place) and backed by transparent huge pages
+// (THP_MEM_ALLOC_ENABLE=1 in benchmarks/run.py): on this machine's "madvise" THP setting plain
+// malloc'd memory gets 4 KB pages, whose TLB misses would inflate the packing phases.
+struct Bytes {
+  unsigned char* p = nullptr;
+  size_t n = 0;
+  Bytes() = default;
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+  ~Bytes() { release(); }
+  void release() {
+    if (p) munmap(p, n);
+    p = nullptr;
+    n = 0;
+  }
+  // Grows to at least `bytes` (contents not kept).
+  void resize(size_t bytes) {
+    if (bytes <= n) return;
+    release();
+    n = (bytes + (size_t(2) << 20) - 1) / (size_t(2) << 20) * (size_t(2) << 20);
+    void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) std::abort();
+    madvise(m, n, MADV_HUGEPAGE);
+    p = static_cast<unsigned char*>(m);
+  }
+  unsigned char* data() { return p; }
+  size_t size() const { return n; }
+};
+
 // A contiguous tensor owning its memory.
 struct Buf {
-  std::vector<unsigned char> mem;
+  Bytes mem;
   opTensor t{};
   Buf(opDataType dt, std::vector<int64_t> shape) {
     t.dtype = dt;
     t.ndim = static_cast<int>(shape.size());
     int64_t n = 1;
     for (int d = t.ndim - 1; d >= 0; --d) { t.shape[d] = shape[d]; t.strides[d] = n; n *= shape[d]; }
-    // 64-byte aligned, as torch's CPU allocator aligns tensors (kernels may read aligned inputs in place)
-    mem.resize(static_cast<size_t>(n * dtype_size(dt)) + 64);
-    t.data = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+    mem.resize(static_cast<size_t>(n * dtype_size(dt)));
+    t.data = mem.data();
   }
   void randn(uint32_t seed) {
     std::mt19937 rng(seed);

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
       dv(dt, {1, N, S, D}), mask(OP_DT_INT8, {2048, 2048});
   q.randn(1), k.randn(2), v.randn(3), dout.randn(4);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  std::vector<unsigned char> ws;
+  profile_bench::Bytes ws;  // the workspace, as the binding's torch allocation gets it
   const std::vector<int> modes = W > 0 ? std::vector<int>{4} : std::vector<int>{0, 3};
   const int64_t win_left = W > 0 ? W - 1 : -1, win_right = W > 0 ? 0 : -1;
   for (int mode : modes) {

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
       dv2(dt, {1, H, K, M, D});
   q.randn(1), k1.randn(2), v1.randn(3), k2.randn(4), v2.randn(5), dy.randn(6);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  std::vector<unsigned char> ws;
+  profile_bench::Bytes ws;  // the workspace, as the binding's torch allocation gets it
   auto forward = [&] {
     uint64_t n = 0;
     opExecutor* ex = nullptr;
