@@ -419,10 +419,14 @@ struct AmxBackward {
         const V l2 = _mm512_loadu_ps(qd.lse2 + base);
         const V dl = _mm512_loadu_ps(qd.delta + base);
         const uint64_t e_vec = e_head + static_cast<uint64_t>(base * skv + j0 + j);
-        V ds0, ds1 = _mm512_setzero_ps(), pd1 = _mm512_setzero_ps();
-        V pd0 = prob<kFeat>(st + j * ldS + q0, dpt + j * ldS + q0, bias ? bias + j * ldb + q0 : nullptr, vc2, l2, dl,
+        V ds0 = _mm512_setzero_ps(), ds1 = ds0, pd0 = ds0, pd1 = ds0;
+        // 16 queries none of which sees the key (a window's band leaves up to a third of a
+        // block out): its P^T and dS^T are 0, no exp needed
+        const bool sees0 = base <= l0 && base + 15 >= f0, sees1 = has1 && base <= l1 && base + 15 >= f1;
+        if (sees0)
+          pd0 = prob<kFeat>(st + j * ldS + q0, dpt + j * ldS + q0, bias ? bias + j * ldb + q0 : nullptr, vc2, l2, dl,
                             base, f0, l0, e_vec, lanes, dkey, &ds0);
-        if (has1)
+        if (sees1)
           pd1 = prob<kFeat>(st + (j + 1) * ldS + q0, dpt + (j + 1) * ldS + q0,
                             bias ? bias + (j + 1) * ldb + q0 : nullptr, vc2, l2, dl, base, f1, l1, e_vec + 1, lanes,
                             dkey, &ds1);
