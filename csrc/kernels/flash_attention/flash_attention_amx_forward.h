@@ -145,9 +145,9 @@ struct AmxForward {
     }
 
     amx::TileScope tiles;
-    // Items (key block j0, strip of 32 rows r0), in order. Strip by strip so that the strip's
-    // scores, P and O stay in L1 between the GEMMs and the softmax; the block of K and V streams
-    // from L2. Keys [j0, j0 + nk) cover what the strip's rows can see (causal and window blocks
+    // Items (key block j0, strip of 32 rows r0), in order. Strip by strip so that the strip's P
+    // and O stay in L1 between the GEMMs and the softmax (its scores, 67 KB at 512 keys, are read
+    // back from L2); the block of K and V streams from L2. Keys [j0, j0 + nk) cover what the strip's rows can see (causal and window blocks
     // are cut short per strip). Software-pipelined, since the core overlaps tile and vector
     // instructions that are close in the stream (docs/decisions.md): an item's softmax rows are
     // spread over the blocks of the next item's S = Q K^T, then its own O += P V runs. (Spreading
