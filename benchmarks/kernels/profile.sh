@@ -4,6 +4,7 @@
 # per phase (packing, tile GEMMs, softmax, reductions), one thread.
 # Usage: bash benchmarks/kernels/profile.sh flash_attention [bfloat16|float32] [S] [D] [W: a causal window instead]
 #        bash benchmarks/kernels/profile.sh floyd_attention [bfloat16|float32|float16] [N=M=K] [D]
+# EXTRA_FLAGS adds compiler flags (an experiment's -D...); NORUN=1 only builds (to alternate binaries).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY=${PYTHON:-python}
@@ -14,7 +15,7 @@ mkdir -p "$OUT"
 $PY -m codegen --out "$OUT/generated" >/dev/null
 ISA512=$(cd python/op_plugin && $PY -c 'import build; print(build.ISA_FLAGS["avx512"])')
 ISA2=$(cd python/op_plugin && $PY -c 'import build; print(build.ISA_FLAGS["avx2"])')
-FLAGS="-O3 -std=c++17 -DOP_PLUGIN_PROFILE -Icsrc -Icsrc/include -I$OUT/generated/include"
+FLAGS="${EXTRA_FLAGS:-} -O3 -std=c++17 -DOP_PLUGIN_PROFILE -Icsrc -Icsrc/include -I$OUT/generated/include"
 objs=()
 pids=()
 rm -f "$OUT"/*.o
@@ -31,4 +32,4 @@ for pid in "${pids[@]}"; do wait "$pid"; done  # a failed compile fails the scri
 # shellcheck disable=SC2086
 g++ $FLAGS -mamx-tile -mamx-bf16 "benchmarks/kernels/profile_$FAMILY.cpp" "${objs[@]}" -lpthread -o "$OUT/profile_$FAMILY"
 lscpu | grep -m1 "Model name"
-"$OUT/profile_$FAMILY" "$@"
+[ -n "${NORUN:-}" ] || "$OUT/profile_$FAMILY" "$@"
