@@ -96,7 +96,7 @@ static void set(Buf& b, int64_t i, double v) {
 static double tol_of(opDataType dt) {
   switch (dt) {
     case OP_DT_DOUBLE: return 1e-9;
-    case OP_DT_FLOAT: return 2e-5;
+    case OP_DT_FLOAT: return 4e-6;
     case OP_DT_FLOAT16: return 4e-3;
     default: return 2.5e-2;
   }

@@ -67,11 +67,24 @@ struct TileScope {
 // surrounding C++ stores (operands packed just before) and loads (C read just after).
 inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
 
-// One MT x NT block of 16 x 16 C tiles (MT, NT in {1, 2}) over the whole contraction.
+// float32 on bf16 tiles (Henry, Tang, Heinecke, "Leveraging the bfloat16 Artificial Intelligence
+// Datatype For Higher-Precision Computations", 2019: "bf16x6"). A float x is exactly the sum of
+// three bf16 parts x0 + x1 + x2, each the round-to-nearest of what the earlier ones leave
+// (split3: 8 + 8 + 8 significant bits cover float's 24). Of the nine products of parts in x * y,
+// the six with i + j <= 2 are kept; the three dropped ones sum to at most about 2^-24 |x y|, one
+// float ulp, so a GEMM over the parts, accumulated in fp32 by the tiles, keeps float32's accuracy
+// at six tile GEMMs' cost (against float FMAs, tiles do about 12 times the work per cycle).
+// Operands in parts: part i of A at A + i * a_part elements, of B at B + i * b_part, each part in
+// the layout above. The pairs (A part, B part) run smallest first.
+inline constexpr int kSplitPairs[6][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
+
+// One MT x NT block of 16 x 16 C tiles (MT, NT in {1, 2}) over the whole contraction, of bf16
+// operands (kParts 1) or of float ones in three parts (kParts 3, the six pairs above).
 // Tiles: C 0..3 (index 2 * mt + nt), A 4..5, B 6..7.
-template <int MT, int NT, bool kAccumulate>
-OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, const char* b0, const char* b1,
-                                char* c, int64_t ldc_bytes) {
+template <int MT, int NT, bool kAccumulate, int kParts>
+OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int64_t a_part_bytes, const char* b0,
+                                const char* b1, int64_t b_part_bytes, char* c, int64_t ldc_bytes) {
+  static_assert(kParts == 1 || kParts == 3, "bf16 operands, or float ones in three bf16 parts");
   char* c1 = c + 16 * ldc_bytes;
   if constexpr (kAccumulate) {
     OP_TILE_LOADD(0, c, ldc_bytes);
@@ -84,19 +97,27 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, con
     if constexpr (MT > 1) OP_TILE_ZERO(2);
     if constexpr (MT > 1 && NT > 1) OP_TILE_ZERO(3);
   }
-  const char* a1 = a + 16 * lda_bytes;
-  for (int64_t k = 0; k < K; k += 32) {
-    OP_TILE_LOADD(4, a + 2 * k, lda_bytes);
-    OP_TILE_LOADD(6, b0 + 32 * k, 64);
-    OP_TILE_DPBF16PS(0, 4, 6);
-    if constexpr (NT > 1) {
-      OP_TILE_LOADD(7, b1 + 32 * k, 64);
-      OP_TILE_DPBF16PS(1, 4, 7);
-    }
-    if constexpr (MT > 1) {
-      OP_TILE_LOADD(5, a1 + 2 * k, lda_bytes);
-      OP_TILE_DPBF16PS(2, 5, 6);
-      if constexpr (NT > 1) OP_TILE_DPBF16PS(3, 5, 7);
+  constexpr int kPairs = kParts == 1 ? 1 : 6;
+  for (int q = 0; q < kPairs; ++q) {
+    const int64_t ao = kParts == 1 ? 0 : kSplitPairs[q][0] * a_part_bytes;
+    const int64_t bo = kParts == 1 ? 0 : kSplitPairs[q][1] * b_part_bytes;
+    const char* a0 = a + ao;
+    const char* a1 = a0 + 16 * lda_bytes;
+    const char* p0 = b0 + bo;
+    const char* p1 = b1 + bo;
+    for (int64_t k = 0; k < K; k += 32) {
+      OP_TILE_LOADD(4, a0 + 2 * k, lda_bytes);
+      OP_TILE_LOADD(6, p0 + 32 * k, 64);
+      OP_TILE_DPBF16PS(0, 4, 6);
+      if constexpr (NT > 1) {
+        OP_TILE_LOADD(7, p1 + 32 * k, 64);
+        OP_TILE_DPBF16PS(1, 4, 7);
+      }
+      if constexpr (MT > 1) {
+        OP_TILE_LOADD(5, a1 + 2 * k, lda_bytes);
+        OP_TILE_DPBF16PS(2, 5, 6);
+        if constexpr (NT > 1) OP_TILE_DPBF16PS(3, 5, 7);
+      }
     }
   }
   OP_TILE_STORED(0, c, ldc_bytes);
@@ -112,11 +133,13 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, con
 // `between()` runs after each block of C is issued: vector work placed there (memory the GEMM
 // does not touch) executes while the block's tile instructions do, since the core overlaps tile
 // and vector instructions that are close in the instruction stream (docs/decisions.md).
-template <bool kAccumulate, class Between>
-OP_AMX_TARGET inline void gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
-                               int64_t ldp, float* C, int64_t ldc, Between&& between) {
+// kParts 3: float operands in parts (a_part, b_part: elements between parts), see kSplitPairs.
+template <bool kAccumulate, int kParts, class Between>
+OP_AMX_TARGET inline void gemm_parts(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, int64_t a_part,
+                                     const uint16_t* B, int64_t ldp, int64_t b_part, float* C, int64_t ldc,
+                                     Between&& between) {
   compiler_barrier();
-  const int64_t lda_b = lda * 2, ldc_b = ldc * 4;
+  const int64_t lda_b = lda * 2, ldc_b = ldc * 4, ap_b = a_part * 2, bp_b = b_part * 2;
   for (int64_t n0 = 0; n0 < N; n0 += 32) {
     const bool two_n = n0 + 32 <= N;
     const char* b0 = reinterpret_cast<const char*>(B + (n0 / 16) * ldp);
@@ -126,17 +149,23 @@ OP_AMX_TARGET inline void gemm(int64_t M, int64_t N, int64_t K, const uint16_t* 
       const char* a = reinterpret_cast<const char*>(A + m0 * lda);
       char* c = reinterpret_cast<char*>(C + m0 * ldc + n0);
       if (two_m && two_n)
-        block<2, 2, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+        block<2, 2, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else if (two_m)
-        block<2, 1, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+        block<2, 1, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else if (two_n)
-        block<1, 2, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+        block<1, 2, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else
-        block<1, 1, kAccumulate>(K, a, lda_b, b0, b1, c, ldc_b);
+        block<1, 1, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       between();
     }
   }
   compiler_barrier();
+}
+
+template <bool kAccumulate, class Between>
+OP_AMX_TARGET inline void gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+                               int64_t ldp, float* C, int64_t ldc, Between&& between) {
+  gemm_parts<kAccumulate, 1>(M, N, K, A, lda, 0, B, ldp, 0, C, ldc, between);
 }
 
 // Number of C blocks gemm() issues (the calls of `between`).
@@ -237,6 +266,92 @@ inline void pack_b_rows(const uint16_t* X, int64_t ld, int64_t k, int64_t n, uin
       uint16_t* d = dst + (c0 / 16) * ldp + 32 * r;
       _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a, idx_lo, b));
       if (cn > 16) _mm512_storeu_si512(d + ldp, _mm512_permutex2var_epi16(a, idx_hi, b));
+    }
+  }
+}
+
+// ---- float operands in three bf16 parts (kParts 3) --------------------------------------------
+
+// bf16 values (as from _mm512_cvtneps_pbh) widened to the floats they are.
+inline __m512 bf16_to_float(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+// The three bf16 parts of 16 floats (see kSplitPairs): part[0] + part[1] + part[2] == x exactly
+// (for normal floats; vcvtneps2bf16 flushes parts below 2^-126 to zero, 1e-38 absolute).
+struct Parts16 {
+  __m256i part[3];
+};
+inline Parts16 split3(__m512 x) {
+  Parts16 r;
+  r.part[0] = (__m256i)_mm512_cvtneps_pbh(x);
+  x = _mm512_sub_ps(x, bf16_to_float(r.part[0]));
+  r.part[1] = (__m256i)_mm512_cvtneps_pbh(x);
+  x = _mm512_sub_ps(x, bf16_to_float(r.part[1]));
+  r.part[2] = (__m256i)_mm512_cvtneps_pbh(x);
+  return r;
+}
+
+inline __mmask16 first_lanes(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+
+// A rows of float X (rows x k, row stride ld) in parts: part i of row r at dst + i * part +
+// r * ldd, k zero-padded to kpad (a multiple of 32) columns.
+inline void pack_a_rows_split(const float* X, int64_t ld, int64_t rows, int64_t k, uint16_t* dst, int64_t ldd,
+                              int64_t kpad, int64_t part) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < kpad; c += 16) {
+      const Parts16 s = split3(_mm512_maskz_loadu_ps(first_lanes(k - c), X + r * ld + c));
+      for (int i = 0; i < 3; ++i) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * part + r * ldd + c), s.part[i]);
+    }
+}
+
+// pack_b_transposed for a float X, in parts (part i at dst + i * part).
+inline void pack_b_transposed_split(const float* X, int64_t ld, int64_t n, int64_t k, uint16_t* dst, int64_t kpad,
+                                    int64_t part) {
+  for (int64_t p = 0; p * 16 < n; ++p) {
+    const int rows = static_cast<int>(n - p * 16 < 16 ? n - p * 16 : 16);
+    for (int64_t c0 = 0; c0 < kpad; c0 += 32) {
+      // rows of 32 values (16 words) per part, then each part's block transposed into its panel
+      alignas(64) uint16_t tmp[3][16 * 32];
+      for (int r = 0; r < rows; ++r)
+        for (int h = 0; h < 2; ++h) {
+          const int64_t c = c0 + 16 * h;
+          const Parts16 s = split3(_mm512_maskz_loadu_ps(first_lanes(k - c), X + (p * 16 + r) * ld + c));
+          for (int i = 0; i < 3; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[i] + r * 32 + 16 * h), s.part[i]);
+        }
+      for (int i = 0; i < 3; ++i)
+        transpose16x16_u32(reinterpret_cast<const uint32_t*>(tmp[i]), 16, rows, 16,
+                           reinterpret_cast<uint32_t*>(dst + i * part + p * 16 * kpad) + (c0 / 2) * 16, 16);
+    }
+  }
+}
+
+// pack_b_rows for a float X, in parts (part i at dst + i * part).
+inline void pack_b_rows_split(const float* X, int64_t ld, int64_t k, int64_t n, uint16_t* dst, int64_t ldp, int64_t kpad,
+                              int64_t part) {
+  const __m512i idx_lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                                           0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                                           0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+  const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+  auto row_parts = [&](int64_t row, int64_t c0, __m512i out[3]) {  // 32 values of a row, in parts
+    Parts16 lo{}, hi{};
+    if (row < k) {
+      lo = split3(_mm512_maskz_loadu_ps(first_lanes(n - c0), X + row * ld + c0));
+      hi = split3(_mm512_maskz_loadu_ps(first_lanes(n - c0 - 16), X + row * ld + c0 + 16));
+    }
+    for (int i = 0; i < 3; ++i)
+      out[i] = row < k ? _mm512_inserti64x4(_mm512_castsi256_si512(lo.part[i]), hi.part[i], 1) : _mm512_setzero_si512();
+  };
+  for (int64_t r = 0; r < kpad / 2; ++r) {
+    for (int64_t c0 = 0; c0 < n; c0 += 32) {
+      __m512i a[3], b[3];
+      row_parts(2 * r, c0, a);
+      row_parts(2 * r + 1, c0, b);
+      for (int i = 0; i < 3; ++i) {
+        uint16_t* d = dst + i * part + (c0 / 16) * ldp + 32 * r;
+        _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a[i], idx_lo, b[i]));
+        if (n - c0 > 16) _mm512_storeu_si512(d + ldp, _mm512_permutex2var_epi16(a[i], idx_hi, b[i]));
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
 // Backward tile loop of the flash attention engine, AMX-BF16 dataflow (bf16 inputs on a CPU with
-// AMX tiles; AVX-512 translation unit only).
+// AMX tiles; AVX-512 translation unit only). float32 inputs run the same loop with every operand
+// in three bf16 parts (kParts 3: amx::kSplitPairs), at float32's accuracy.
 //
 // One task per (b, query head n, key chunk), as the vector backward: for each key block of
 // plan.amx_block_kv keys (outer) and each strip of plan.amx_block_q query rows that can see it
@@ -40,6 +41,7 @@ namespace fa {
 // The packed operands of the AMX backward (flash_attention_plan.h, Plan::bq_* / bkv_*). Rows of a
 // sequence are padded to amx_rows(len) = pad32(len) + 32 (a multiple of 32 for the tiles, and no
 // power-of-two row stride for the d-major K^T).
+// float inputs (kParts 3): part i of each packed operand at its pointer + i * its *part stride.
 struct AmxBwdKv {  // one (b, kv head)
   const uint16_t* ka;  // K rows [amx_rows][pad32(D)]: A of S^T (or the input's rows, see below)
   const uint16_t* va;  // V rows [amx_rows][pad32(Dv)]: A of dP^T (likewise)
@@ -47,6 +49,7 @@ struct AmxBwdKv {  // one (b, kv head)
   int64_t ld;          // amx_rows(skv)
   int64_t lda_k, lda_v;  // row strides of ka and va (elements)
   bool k_in_place, v_in_place;  // ka / va point into the inputs (not packed)
+  int64_t kapart, vapart, ktpart;
 };
 
 // K (V) rows are read by the tiles straight from the input when they need no padding (D, resp.
@@ -65,9 +68,11 @@ struct AmxBwdQ {  // one (b, query head)
   const float* lse2;    // lse * log2(e) per query, +inf past Sq
   const float* delta;   // rowsum(dO * O) per query, 0 past Sq
   int64_t ld;           // amx_rows(sq)
+  int64_t qtpart, dotpart, qppart, doppart;
 };
 
-inline AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t h) {
+template <int kParts>
+AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t h) {
   const char* base = static_cast<const char*>(ws);
   const int64_t row0 = h * plan.bkv_rows + plan.bkv_row0[b];
   AmxBwdKv a;
@@ -77,12 +82,17 @@ inline AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const 
   a.va = reinterpret_cast<const uint16_t*>(base + plan.bkv_v_offset) + row0 * pad32(p.head_dim_v);
   a.lda_k = pad32(p.head_dim);
   a.lda_v = pad32(p.head_dim_v);
+  const int64_t rows = p.heads_kv * plan.bkv_rows;
+  a.kapart = rows * pad32(p.head_dim);
+  a.vapart = rows * pad32(p.head_dim_v);
+  a.ktpart = rows * pad16(p.head_dim);
   const uint16_t* k = static_cast<const uint16_t*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
                       h * p.k_head_stride;
   const uint16_t* v = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
                       h * p.v_head_stride;
-  a.k_in_place = amx_bwd_rows_in_place(k, p.k_row_stride, p.head_dim, skv);
-  a.v_in_place = amx_bwd_rows_in_place(v, p.v_row_stride, p.head_dim_v, skv);
+  // (float inputs are always packed: into parts)
+  a.k_in_place = kParts == 1 && amx_bwd_rows_in_place(k, p.k_row_stride, p.head_dim, skv);
+  a.v_in_place = kParts == 1 && amx_bwd_rows_in_place(v, p.v_row_stride, p.head_dim_v, skv);
   if (a.k_in_place) {
     a.ka = k;
     a.lda_k = p.k_row_stride;
@@ -106,6 +116,11 @@ inline AmxBwdQ amx_bwd_q(const FlashAttnBwdParams& p, const Plan& plan, const vo
   a.dop = reinterpret_cast<const uint16_t*>(base + plan.bq_dop_offset) + row0 * pad16(p.head_dim_v);
   a.lse2 = reinterpret_cast<const float*>(base + plan.bq_lse_offset) + row0;
   a.delta = reinterpret_cast<const float*>(base + plan.bq_delta_offset) + row0;
+  const int64_t rows = p.heads_q * plan.bq_rows;
+  a.qtpart = rows * pad32(p.head_dim);
+  a.dotpart = rows * pad32(p.head_dim_v);
+  a.qppart = rows * pad16(p.head_dim);
+  a.doppart = rows * pad16(p.head_dim_v);
   return a;
 }
 
@@ -177,9 +192,37 @@ inline float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
   return d;
 }
 
+// sum_c a[c] * b[c] of two float rows.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), acc);
+  float d = _mm512_reduce_add_ps(acc);
+  for (; c < n; ++c) d += a[c] * b[c];
+  return d;
+}
+
+// The float inputs' K (V) rows in parts, rows [skv, ld) zero, and K^T from K's parts.
+inline void stage_amx_kv_parts(const FlashAttnBwdParams& p, const AmxBwdKv& a, int64_t skv, const float* k,
+                               const float* v) {
+  const int64_t D = p.head_dim, Dv = p.head_dim_v, Dpad = pad32(D), Dvpad = pad32(Dv);
+  uint16_t* ka = const_cast<uint16_t*>(a.ka);
+  uint16_t* va = const_cast<uint16_t*>(a.va);
+  amx::pack_a_rows_split(k, p.k_row_stride, skv, D, ka, Dpad, Dpad, a.kapart);
+  amx::pack_a_rows_split(v, p.v_row_stride, skv, Dv, va, Dvpad, Dvpad, a.vapart);
+  for (int part = 0; part < 3; ++part) {
+    std::memset(ka + part * a.kapart + skv * Dpad, 0, static_cast<size_t>((a.ld - skv) * Dpad) * 2);
+    std::memset(va + part * a.vapart + skv * Dvpad, 0, static_cast<size_t>((a.ld - skv) * Dvpad) * 2);
+    transpose_bf16_padded(ka + part * a.kapart, Dpad, skv, D, const_cast<uint16_t*>(a.kt) + part * a.ktpart, a.ld,
+                          a.ld, pad16(D));
+  }
+}
+
 // Packs the backward's operands (see AmxBwdKv / AmxBwdQ) for every (b, kv head) and every
-// (b, query head), in parallel; lse2 and Delta of every query row.
-inline void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws) {
+// (b, query head), in parallel; lse2 and Delta of every query row. kParts 3: float inputs, every
+// operand in its three bf16 parts.
+template <int kParts>
+void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws) {
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   const int64_t Dpad = pad32(D), Dvpad = pad32(Dv), Dp = pad16(D), Dvp = pad16(Dv);
   const int64_t kv_items = p.batch * p.heads_kv, q_items = p.batch * p.heads_q;
@@ -189,12 +232,16 @@ inline void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, vo
     for (int64_t it = i0; it < i1; ++it) {
       if (it < kv_items) {
         const int64_t b = it / p.heads_kv, h = it % p.heads_kv;
-        const AmxBwdKv a = amx_bwd_kv(p, plan, ws, b, h);
+        const AmxBwdKv a = amx_bwd_kv<kParts>(p, plan, ws, b, h);
         const int64_t skv = p.seqlen_kv[b];
-        const uint16_t* k = static_cast<const uint16_t*>(p.k) + b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride +
-                            h * p.k_head_stride;
-        const uint16_t* v = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
-                            h * p.v_head_stride;
+        const int64_t k_off = b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride;
+        const int64_t v_off = b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride;
+        if constexpr (kParts == 3) {
+          stage_amx_kv_parts(p, a, skv, static_cast<const float*>(p.k) + k_off, static_cast<const float*>(p.v) + v_off);
+          continue;
+        }
+        const uint16_t* k = static_cast<const uint16_t*>(p.k) + k_off;
+        const uint16_t* v = static_cast<const uint16_t*>(p.v) + v_off;
         if (!a.k_in_place) copy_rows_padded(k, p.k_row_stride, skv, D, const_cast<uint16_t*>(a.ka), a.ld, Dpad);
         if (!a.v_in_place) copy_rows_padded(v, p.v_row_stride, skv, Dv, const_cast<uint16_t*>(a.va), a.ld, Dvpad);
         transpose_bf16_padded(k, p.k_row_stride, skv, D, const_cast<uint16_t*>(a.kt), a.ld, a.ld, Dp);
@@ -203,20 +250,29 @@ inline void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, vo
       const int64_t b = (it - kv_items) / p.heads_q, n = (it - kv_items) % p.heads_q;
       const AmxBwdQ a = amx_bwd_q(p, plan, ws, b, n);
       const int64_t sq = p.seqlen_q[b];
-      const uint16_t* q = static_cast<const uint16_t*>(p.q) + b * p.q_batch_stride + p.q_start[b] * p.q_row_stride +
-                          n * p.q_head_stride;
-      const uint16_t* o = static_cast<const uint16_t*>(p.out) + b * p.o_batch_stride + p.q_start[b] * p.o_row_stride +
-                          n * p.o_head_stride;
-      const uint16_t* dO = static_cast<const uint16_t*>(p.dout) + b * p.o_batch_stride +
-                           p.q_start[b] * p.o_row_stride + n * p.o_head_stride;
+      const int64_t q_off = b * p.q_batch_stride + p.q_start[b] * p.q_row_stride + n * p.q_head_stride;
+      const int64_t o_off = b * p.o_batch_stride + p.q_start[b] * p.o_row_stride + n * p.o_head_stride;
       uint16_t* qt = const_cast<uint16_t*>(a.qt);
       uint16_t* dot = const_cast<uint16_t*>(a.dot);
-      std::memset(qt, 0, static_cast<size_t>(a.ld * Dpad) * 2);  // panels past Sq stay zero
-      std::memset(dot, 0, static_cast<size_t>(a.ld * Dvpad) * 2);
-      amx::pack_b_transposed(q, p.q_row_stride, sq, D, qt, Dpad);
-      amx::pack_b_transposed(dO, p.o_row_stride, sq, Dv, dot, Dvpad);
-      amx::pack_b_rows(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld);
-      amx::pack_b_rows(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld);
+      for (int part = 0; part < kParts; ++part) {  // panels past Sq stay zero
+        std::memset(qt + part * a.qtpart, 0, static_cast<size_t>(a.ld * Dpad) * 2);
+        std::memset(dot + part * a.dotpart, 0, static_cast<size_t>(a.ld * Dvpad) * 2);
+      }
+      if constexpr (kParts == 1) {
+        const uint16_t* q = static_cast<const uint16_t*>(p.q) + q_off;
+        const uint16_t* dO = static_cast<const uint16_t*>(p.dout) + o_off;
+        amx::pack_b_transposed(q, p.q_row_stride, sq, D, qt, Dpad);
+        amx::pack_b_transposed(dO, p.o_row_stride, sq, Dv, dot, Dvpad);
+        amx::pack_b_rows(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld);
+        amx::pack_b_rows(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld);
+      } else {
+        const float* q = static_cast<const float*>(p.q) + q_off;
+        const float* dO = static_cast<const float*>(p.dout) + o_off;
+        amx::pack_b_transposed_split(q, p.q_row_stride, sq, D, qt, Dpad, a.qtpart);
+        amx::pack_b_transposed_split(dO, p.o_row_stride, sq, Dv, dot, Dvpad, a.dotpart);
+        amx::pack_b_rows_split(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld, a.qppart);
+        amx::pack_b_rows_split(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld, a.doppart);
+      }
       float* lse2 = const_cast<float*>(a.lse2);
       float* delta = const_cast<float*>(a.delta);
       const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + p.q_start[b] * p.lse_row_stride;
@@ -229,7 +285,11 @@ inline void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, vo
         const int64_t li = lse_base + i * p.lse_row_stride;
         const double l = p.softmax_sum ? Backward<Ops512Bf16>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li);
         lse2[i] = static_cast<float>(l * kLog2e);
-        delta[i] = dot_bf16(o + i * p.o_row_stride, dO + i * p.o_row_stride, Dv);
+        const int64_t r = o_off + i * p.o_row_stride;
+        if constexpr (kParts == 1)
+          delta[i] = dot_bf16(static_cast<const uint16_t*>(p.out) + r, static_cast<const uint16_t*>(p.dout) + r, Dv);
+        else
+          delta[i] = dot_f32(static_cast<const float*>(p.out) + r, static_cast<const float*>(p.dout) + r, Dv);
       }
     }
   });
@@ -239,7 +299,8 @@ inline void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, vo
 struct AmxBackward {
   using V = __m512;
 
-  template <int kFeat>
+  // kParts 1: bf16 inputs; 3: float inputs, every operand in three bf16 parts (amx::kSplitPairs).
+  template <int kFeat, int kParts>
   static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws, const Task& t, char* slot) {
     const int64_t b = t.b, n = t.n, h = n / p.group;
     const int64_t D = p.head_dim, Dv = p.head_dim_v;
@@ -273,7 +334,7 @@ struct AmxBackward {
       return;
     }
     const RowWindow w = flash::row_window(p, sq, skv);
-    const AmxBwdKv kv = amx_bwd_kv(p, plan, ws, b, h);
+    const AmxBwdKv kv = amx_bwd_kv<kParts>(p, plan, ws, b, h);
     const AmxBwdQ qd = amx_bwd_q(p, plan, ws, b, n);
     const int64_t ldq = plan.amx_dq_ld;
 
@@ -282,9 +343,10 @@ struct AmxBackward {
     float* dqt = c.take<float>(Dp * ldq);
     float* st = c.take<float>(Bc * ldS);
     float* dpt = c.take<float>(Bc * ldS);
-    uint16_t* pt = c.take<uint16_t>(Bc * ldA);
-    uint16_t* dst = c.take<uint16_t>(Bc * ldA);
-    uint16_t* dsp = c.take<uint16_t>(Br * Bc);
+    uint16_t* pt = c.take<uint16_t>(kParts * Bc * ldA);  // part i at + i * apart
+    uint16_t* dst = c.take<uint16_t>(kParts * Bc * ldA);
+    uint16_t* dsp = c.take<uint16_t>(kParts * Br * Bc);  // part i at + i * Br * Bc
+    const int64_t apart = Bc * ldA, dspart = Br * Bc;
     float* dkacc = c.take<float>(Bc * ldK);
     float* dvacc = c.take<float>(Bc * ldV);
     float* tmp = c.take<float>(17 * ldK);  // 16 transposed dQ rows + conversion scratch
@@ -323,22 +385,26 @@ struct AmxBackward {
         const int64_t nq = pad32(imin(Br, ihi + 1 - i0));
         {
           OP_PROFILE_SCOPE(kGemm);
-          amx::gemm<false>(ncp, nq, Dpad, kv.ka + j0 * kv.lda_k, kv.lda_k, qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, st, ldS);
-          amx::gemm<false>(ncp, nq, Dvpad, kv.va + j0 * kv.lda_v, kv.lda_v, qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, dpt,
-                           ldS);
+          amx::gemm_parts<false, kParts>(ncp, nq, Dpad, kv.ka + j0 * kv.lda_k, kv.lda_k, kv.kapart,
+                                         qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, qd.qtpart, st, ldS, [] {});
+          amx::gemm_parts<false, kParts>(ncp, nq, Dvpad, kv.va + j0 * kv.lda_v, kv.lda_v, kv.vapart,
+                                         qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, qd.dotpart, dpt, ldS, [] {});
         }
         {
           OP_PROFILE_SCOPE(kSoftmax);
           if constexpr ((kFeat & kFeatBias) != 0)
             build_bias<float>(p, b, n, i0, imin(nq, sq - i0), j0, nc, c2, bias, mt, Br);
-          elementwise<kFeat>(w, qd, i0, nq, j0, nc, ncp, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, dsp, Bc, bias,
-                             Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
+          elementwise<kFeat, kParts>(w, qd, i0, nq, j0, nc, ncp, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, apart, dsp,
+                                     Bc, dspart, bias, Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
         }
         {
           OP_PROFILE_SCOPE(kGemm);
-          amx::gemm<true>(ncp, Dvp, nq, pt, ldA, qd.dop + 32 * (i0 / 2), 16 * qd.ld, dvacc, ldV);
-          amx::gemm<true>(ncp, Dp, nq, dst, ldA, qd.qp + 32 * (i0 / 2), 16 * qd.ld, dkacc, ldK);
-          amx::gemm<true>(Dp, nq, ncp, kv.kt + j0, kv.ld, dsp, 16 * Bc, dqt + i0, ldq);
+          amx::gemm_parts<true, kParts>(ncp, Dvp, nq, pt, ldA, apart, qd.dop + 32 * (i0 / 2), 16 * qd.ld, qd.doppart,
+                                        dvacc, ldV, [] {});
+          amx::gemm_parts<true, kParts>(ncp, Dp, nq, dst, ldA, apart, qd.qp + 32 * (i0 / 2), 16 * qd.ld, qd.qppart, dkacc,
+                                        ldK, [] {});
+          amx::gemm_parts<true, kParts>(Dp, nq, ncp, kv.kt + j0, kv.ld, kv.ktpart, dsp, 16 * Bc, dspart, dqt + i0, ldq,
+                                        [] {});
         }
       }
       // dK (scaled) and dV of this key block, or their GQA partial
@@ -394,20 +460,24 @@ struct AmxBackward {
   // P^T = 2^(c2 S^T (+ bias) - lse2) (0 outside the row's window and past Sq), dS^T = P^T (dP^T -
   // Delta) (dropout: P Z / keep_prob feeds dV, dP Z / keep_prob feeds dS). Written as bf16 rows
   // pt, dst (A layout) and as key-pair panels dsp (B layout of dQ^T); key rows [nc, ncp) are zero.
-  template <int kFeat>
+  // kParts 3: each in three bf16 parts (part i at + i * apart, resp. + i * dspart).
+  template <int kFeat, int kParts>
   static void elementwise(const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq,
                           int64_t j0, int64_t nc, int64_t ncp, int64_t sq, float c2, float sc_out, const float* st,
-                          float* dpt, int64_t ldS, uint16_t* pt, uint16_t* dst, int64_t ldA, uint16_t* dsp,
-                          int64_t Bc, const float* bias, int64_t ldb, float* dpse, int64_t dpse_cols, uint64_t e_head,
-                          int64_t skv, const DropoutLanes& lanes, const DropoutKey& dkey) {
+                          float* dpt, int64_t ldS, uint16_t* pt, uint16_t* dst, int64_t ldA, int64_t apart,
+                          uint16_t* dsp, int64_t Bc, int64_t dspart, const float* bias, int64_t ldb, float* dpse,
+                          int64_t dpse_cols, uint64_t e_head, int64_t skv, const DropoutLanes& lanes,
+                          const DropoutKey& dkey) {
     const V vc2 = _mm512_set1_ps(c2);
     const int64_t last_q = imin(sq - 1, i0 + nq - 1);
     for (int64_t j = 0; j < ncp; j += 2) {
       uint16_t* pair = dsp + 32 * (j / 2);
       if (j >= nc) {  // padding keys: zero rows and pairs
-        std::memset(pt + j * ldA, 0, static_cast<size_t>(2 * ldA) * 2);
-        std::memset(dst + j * ldA, 0, static_cast<size_t>(2 * ldA) * 2);
-        for (int64_t q0 = 0; q0 < nq; q0 += 16) std::memset(pair + q0 * Bc, 0, 64);
+        for (int part = 0; part < kParts; ++part) {
+          std::memset(pt + part * apart + j * ldA, 0, static_cast<size_t>(2 * ldA) * 2);
+          std::memset(dst + part * apart + j * ldA, 0, static_cast<size_t>(2 * ldA) * 2);
+          for (int64_t q0 = 0; q0 < nq; q0 += 16) std::memset(pair + part * dspart + q0 * Bc, 0, 64);
+        }
         continue;
       }
       const bool has1 = j + 1 < nc;
@@ -424,17 +494,28 @@ struct AmxBackward {
         // block out): its P^T and dS^T are 0, no exp needed
         const bool sees0 = base <= l0 && base + 15 >= f0, sees1 = has1 && base <= l1 && base + 15 >= f1;
         if (sees0)
-          pd0 = prob<kFeat>(st + j * ldS + q0, dpt + j * ldS + q0, bias ? bias + j * ldb + q0 : nullptr, vc2, l2, dl,
+          pd0 = prob<kFeat, kParts>(st + j * ldS + q0, dpt + j * ldS + q0, bias ? bias + j * ldb + q0 : nullptr, vc2, l2, dl,
                             base, f0, l0, e_vec, lanes, dkey, &ds0);
         if (sees1)
-          pd1 = prob<kFeat>(st + (j + 1) * ldS + q0, dpt + (j + 1) * ldS + q0,
+          pd1 = prob<kFeat, kParts>(st + (j + 1) * ldS + q0, dpt + (j + 1) * ldS + q0,
                             bias ? bias + (j + 1) * ldb + q0 : nullptr, vc2, l2, dl, base, f1, l1, e_vec + 1, lanes,
                             dkey, &ds1);
-        Ops512Bf16::store_bf16(pt + j * ldA + q0, pd0);
-        Ops512Bf16::store_bf16(dst + j * ldA + q0, ds0);
-        Ops512Bf16::store_bf16(pt + (j + 1) * ldA + q0, pd1);
-        Ops512Bf16::store_bf16(dst + (j + 1) * ldA + q0, ds1);
-        Ops512Bf16::store_bf16_pair(pair + q0 * Bc, ds0, ds1);
+        if constexpr (kParts == 1) {
+          Ops512Bf16::store_bf16(pt + j * ldA + q0, pd0);
+          Ops512Bf16::store_bf16(dst + j * ldA + q0, ds0);
+          Ops512Bf16::store_bf16(pt + (j + 1) * ldA + q0, pd1);
+          Ops512Bf16::store_bf16(dst + (j + 1) * ldA + q0, ds1);
+          Ops512Bf16::store_bf16_pair(pair + q0 * Bc, ds0, ds1);
+        } else {
+          const amx::Parts16 p0 = amx::split3(pd0), p1 = amx::split3(pd1), d0 = amx::split3(ds0), d1 = amx::split3(ds1);
+          for (int part = 0; part < 3; ++part) {
+            store16(pt + part * apart + j * ldA + q0, p0.part[part]);
+            store16(pt + part * apart + (j + 1) * ldA + q0, p1.part[part]);
+            store16(dst + part * apart + j * ldA + q0, d0.part[part]);
+            store16(dst + part * apart + (j + 1) * ldA + q0, d1.part[part]);
+            store_pair(pair + part * dspart + q0 * Bc, d0.part[part], d1.part[part]);
+          }
+        }
         if (dpse) {  // scale * dS, transposed into [query][key]
           alignas(64) float d0[16], d1[16];
           _mm512_store_ps(d0, ds0);
@@ -452,7 +533,17 @@ struct AmxBackward {
   // One vector of 16 queries against one key: returns P^T as it feeds dV (dropout applied),
   // sets *ds to dS^T. Lanes outside [lo, hi] (queries that cannot see the key) are 0; the lane
   // mask is built only for vectors that have such lanes (a window's or the diagonal's edges).
-  template <int kFeat>
+  static void store16(uint16_t* dst, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v); }
+  // Two rows of 16 bf16 values -> 16 interleaved pairs (a0 b0 a1 b1 ...), as store_bf16_pair.
+  static void store_pair(uint16_t* dst, __m256i a, __m256i b) {
+    const __m512i idx = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
+                                          0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
+                                          0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+    const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, ab));
+  }
+
+  template <int kFeat, int kParts>
   static V prob(const float* s, const float* dp, const float* bias, V vc2, V l2, V dl, int64_t base, int64_t lo,
                 int64_t hi, uint64_t e_vec, const DropoutLanes& lanes, const DropoutKey& dkey, V* ds) {
     V x;
@@ -461,7 +552,8 @@ struct AmxBackward {
     else
       x = _mm512_fmsub_ps(_mm512_loadu_ps(s), vc2, l2);
     if (base < lo || base + 15 > hi) x = Ops512Base::mask_range(x, base, lo, hi);
-    const V pv = Ops512Base::exp2_nonpositive(x);
+    // (float inputs: the float32 path's exp2, 1.5 ulp; a bf16 P^T needs only the degree-5 one)
+    const V pv = kParts == 1 ? Ops512Base::exp2_nonpositive(x) : Ops512Base::exp2(x);
     V pd = pv, dpv = _mm512_loadu_ps(dp);
     if constexpr ((kFeat & kFeatDropout) != 0) {
       const V z = dropout_apply<Ops512Base>(_mm512_set1_ps(1.0f), e_vec, lanes, dkey);

@@ -1,5 +1,6 @@
 // Forward tile loop of the flash attention engine, AMX-BF16 dataflow (bf16 inputs on a CPU with
-// AMX tiles; AVX-512 translation unit only).
+// AMX tiles; AVX-512 translation unit only). float32 inputs run the same loop with every operand
+// in three bf16 parts (kParts 3: amx::kSplitPairs), at float32's accuracy.
 //
 // Row layout, as PyTorch's CPU flash kernel: per task (b, query head n, block of
 // plan.amx_block_q query rows) and key block of plan.amx_block_kv keys, for each strip of 32
@@ -13,7 +14,8 @@
 //                    block of the task, rescaled by the row's alpha when its max moves
 // Every GEMM operand is read from the layout tiles load, so nothing is copied between GEMMs,
 // and the tile configuration is loaded once per task (amx::TileScope). A strip's softmax runs
-// interleaved with the next strip's S = Q K^T, which the core overlaps (software pipelining).
+// interleaved with the next strip's S = Q K^T, which the core overlaps (software pipelining; bf16
+// only: float inputs in parts measured faster with the softmax first).
 // Per strip the key range stops at the last key a row of the strip can see (causal and window
 // blocks cut short); key blocks outside the window are never visited.
 #pragma once
@@ -39,21 +41,27 @@ struct AmxPanels {
   const uint16_t* k;  // K^T panels of (b, h): panel p (keys 16p..16p+15) at k + p * 16 * dpad
   const uint16_t* v;  // V panels of (b, h): column panel c at v + c * vld, key pair r at + 32 r
   int64_t dpad, vld;
+  int64_t kpart, vpart;  // float inputs: elements between the parts of K (of V)
 };
 
 inline AmxPanels amx_panels(const FlashAttnFwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t h) {
   AmxPanels a;
   a.dpad = pad32(p.head_dim);
+  const int64_t dvp = pad16(p.head_dim_v);
   const int64_t row0 = h * plan.panel_rows + plan.panel_row0[b];
   a.k = reinterpret_cast<const uint16_t*>(static_cast<const char*>(ws) + plan.kpanel_offset) + row0 * a.dpad;
-  a.v = reinterpret_cast<const uint16_t*>(static_cast<const char*>(ws) + plan.vpanel_offset) + row0 * pad16(p.head_dim_v);
+  a.v = reinterpret_cast<const uint16_t*>(static_cast<const char*>(ws) + plan.vpanel_offset) + row0 * dvp;
   a.vld = pad32(p.seqlen_kv[b]) * 16;
+  a.kpart = p.heads_kv * plan.panel_rows * a.dpad;
+  a.vpart = p.heads_kv * plan.panel_rows * dvp;
   return a;
 }
 
 // Packs K^T and V panels of every (b, kv head) for the actual keys [0, seqlen_kv[b]) (keys past
 // it, padding up to a multiple of 32 included, are zero: their P is 0 and 0 * garbage would not be).
-inline void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
+// kParts 3: float inputs, each panel in its three bf16 parts.
+template <int kParts>
+void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
   constexpr int64_t kChunk = 256;  // keys per work item (a multiple of 32)
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   int64_t chunks = 0;
@@ -68,26 +76,31 @@ inline void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void
       const AmxPanels a = amx_panels(p, plan, ws, b, h);
       uint16_t* kdst = const_cast<uint16_t*>(a.k) + (j0 / 16) * 16 * a.dpad;
       uint16_t* vdst = const_cast<uint16_t*>(a.v) + 32 * (j0 / 2);
-      const uint16_t* k = static_cast<const uint16_t*>(p.k) + b * p.k_batch_stride +
-                          (p.kv_start[b] + j0) * p.k_row_stride + h * p.k_head_stride;
-      const uint16_t* v = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride +
-                          (p.kv_start[b] + j0) * p.v_row_stride + h * p.v_head_stride;
-      amx::pack_b_transposed(k, p.k_row_stride, valid, D, kdst, a.dpad);
+      const int64_t k_off = b * p.k_batch_stride + (p.kv_start[b] + j0) * p.k_row_stride + h * p.k_head_stride;
+      const int64_t v_off = b * p.v_batch_stride + (p.kv_start[b] + j0) * p.v_row_stride + h * p.v_head_stride;
+      if constexpr (kParts == 1) {
+        amx::pack_b_transposed(static_cast<const uint16_t*>(p.k) + k_off, p.k_row_stride, valid, D, kdst, a.dpad);
+        amx::pack_b_rows(static_cast<const uint16_t*>(p.v) + v_off, p.v_row_stride, valid, Dv, vdst, a.vld, nk);
+      } else {
+        amx::pack_b_transposed_split(static_cast<const float*>(p.k) + k_off, p.k_row_stride, valid, D, kdst, a.dpad,
+                                     a.kpart);
+        amx::pack_b_rows_split(static_cast<const float*>(p.v) + v_off, p.v_row_stride, valid, Dv, vdst, a.vld, nk,
+                               a.vpart);
+      }
       const int64_t kpanels_written = (valid + 15) / 16;
-      std::memset(kdst + kpanels_written * 16 * a.dpad, 0,
-                  static_cast<size_t>((nk / 16 - kpanels_written) * 16 * a.dpad) * 2);
-      amx::pack_b_rows(v, p.v_row_stride, valid, Dv, vdst, a.vld, nk);
+      for (int part = 0; part < kParts; ++part)
+        std::memset(kdst + part * a.kpart + kpanels_written * 16 * a.dpad, 0,
+                    static_cast<size_t>((nk / 16 - kpanels_written) * 16 * a.dpad) * 2);
     }
   });
 }
-
-static_assert(flash::kAmxBlockQ >= 64, "the AMX forward alternates two 32-row halves of the score buffer");
 
 struct AmxForward {
   using S = float;
   using V = __m512;
 
-  template <int kFeat>
+  // kParts 1: bf16 inputs; 3: float inputs, every operand in three bf16 parts (amx::kSplitPairs).
+  template <int kFeat, int kParts>
   static void task(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind, const Task& t, char* slot) {
     const int64_t b = t.b, n = t.n, i0 = t.i0;
     const int64_t h = n / p.group;
@@ -101,9 +114,10 @@ struct AmxForward {
     const AmxPanels pan = amx_panels(p, plan, ws, b, h);
 
     Carve c{slot};
-    uint16_t* qa = c.take<uint16_t>(Br * Dpad);
-    float* s = c.take<float>(Br * kLdS);
-    uint16_t* pa = c.take<uint16_t>(Br * kLdP);
+    uint16_t* qa = c.take<uint16_t>(kParts * Br * Dpad);  // part i at qa + i * qpart
+    float* s = c.take<float>(64 * kLdS);  // two 32-row halves (see Item)
+    uint16_t* pa = c.take<uint16_t>(kParts * Br * kLdP);  // part i at pa + i * ppart
+    const int64_t qpart = Br * Dpad, ppart = Br * kLdP;
     float* o = c.take<float>(Br * ldO);
     float* m = c.take<float>(Br);
     float* l = c.take<float>(Br);
@@ -114,19 +128,21 @@ struct AmxForward {
     {
       OP_PROFILE_SCOPE(kPack);
       // Q rows, zero-padded to Dpad columns and to a multiple of 16 rows.
-      const uint16_t* q = static_cast<const uint16_t*>(p.q) + b * p.q_batch_stride +
-                          (p.q_start[b] + i0) * p.q_row_stride + n * p.q_head_stride;
-      for (int64_t r = 0; r < rows16; ++r) {
-        uint16_t* d = qa + r * Dpad;
-        if (r < rows) {
-          std::memcpy(d, q + r * p.q_row_stride, static_cast<size_t>(D) * 2);
-          std::memset(d + D, 0, static_cast<size_t>(Dpad - D) * 2);
-        } else {
-          std::memset(d, 0, static_cast<size_t>(Dpad) * 2);
+      const int64_t q_off = b * p.q_batch_stride + (p.q_start[b] + i0) * p.q_row_stride + n * p.q_head_stride;
+      if constexpr (kParts == 1) {
+        const uint16_t* q = static_cast<const uint16_t*>(p.q) + q_off;
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(qa + r * Dpad, q + r * p.q_row_stride, static_cast<size_t>(D) * 2);
+          std::memset(qa + r * Dpad + D, 0, static_cast<size_t>(Dpad - D) * 2);
         }
+      } else {
+        amx::pack_a_rows_split(static_cast<const float*>(p.q) + q_off, p.q_row_stride, rows, D, qa, Dpad, Dpad, qpart);
       }
-      // P rows past `rows` stay zero for the whole task (the PV GEMM runs over whole 16-row tiles).
-      for (int64_t r = rows; r < rows16; ++r) std::memset(pa + r * kLdP, 0, sizeof(uint16_t) * kLdP);
+      for (int part = 0; part < kParts; ++part) {
+        std::memset(qa + part * qpart + rows * Dpad, 0, static_cast<size_t>((rows16 - rows) * Dpad) * 2);
+        // P rows past `rows` stay zero for the whole task (the PV GEMM runs over whole 16-row tiles).
+        std::memset(pa + part * ppart + rows * kLdP, 0, static_cast<size_t>((rows16 - rows) * kLdP) * 2);
+      }
       std::memset(o, 0, sizeof(float) * static_cast<size_t>(rows16 * ldO));
     }
 
@@ -162,8 +178,8 @@ struct AmxForward {
     auto softmax_rows = [&](const Item& it, int64_t& done, int64_t upto) {
       for (; done < upto; ++done) {
         const int64_t r = it.r0 + done;
-        softmax_row<kFeat>(p, b, n, i0 + r, it.j0, it.nk, w, c2, it.s + done * kLdS, pa + r * kLdP, m + r, l + r,
-                           o + r * ldO, Dvp, dkey, lanes);
+        softmax_row<kFeat, kParts>(p, b, n, i0 + r, it.j0, it.nk, w, c2, it.s + done * kLdS, pa + r * kLdP, ppart,
+                                   m + r, l + r, o + r * ldO, Dvp, dkey, lanes);
       }
     };
     // A hook for amx::gemm: after its k-th of `blocks` blocks, the item's rows up to an even share of
@@ -174,12 +190,12 @@ struct AmxForward {
       };
     };
     auto scores = [&](const Item& it, auto&& between) {
-      amx::gemm<false>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, pan.k + (it.j0 / 16) * 16 * Dpad, 16 * Dpad, it.s,
-                       kLdS, between);
+      amx::gemm_parts<false, kParts>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, qpart,
+                                     pan.k + (it.j0 / 16) * 16 * Dpad, 16 * Dpad, pan.kpart, it.s, kLdS, between);
     };
     auto pv = [&](const Item& it) {
-      amx::gemm<true>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, pan.v + 32 * (it.j0 / 2), pan.vld, o + it.r0 * ldO,
-                      ldO);
+      amx::gemm_parts<true, kParts>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, ppart, pan.v + 32 * (it.j0 / 2), pan.vld,
+                                    pan.vpart, o + it.r0 * ldO, ldO, [] {});
     };
     Item pending{};  // the item whose scores are computed and whose softmax and O += P V are not
     bool has_pending = false;
@@ -198,7 +214,14 @@ struct AmxForward {
         } else {
           OP_PROFILE_SCOPE(kOverlap);
           int64_t done = 0;
-          scores(it, spread(amx::gemm_blocks(it.m16, it.nk), pending, done, pending.srows));
+          if constexpr (kParts == 1) {
+            scores(it, spread(amx::gemm_blocks(it.m16, it.nk), pending, done, pending.srows));
+          } else {
+            // float32 in parts: six times the tile work per softmax row, and spreading the rows
+            // over it measured 11% slower than running them first (docs/decisions.md)
+            softmax_rows(pending, done, pending.srows);
+            scores(it, [] {});
+          }
           pv(pending);
         }
         pending = it;
@@ -222,14 +245,15 @@ struct AmxForward {
   // masked to the row's window; m, l updated online; P = 2^(x - m) as bf16 (dropout applied to
   // P only, never to the sum); the row's O rescaled when its max moves. Without swa features and
   // with a positive scale (the usual case) the max is taken over S itself and x is formed in the
-  // exponent's FMA, so S is read twice and never written.
-  template <int kFeat>
+  // exponent's FMA, so S is read twice and never written. kParts 3: P in three bf16 parts (part i
+  // at prow + i * ppart), from the float32 path's exp2 (1.5 ulp; bf16 P needs only the degree-5 one).
+  template <int kFeat, int kParts>
   static void softmax_row(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i, int64_t j0, int64_t nk,
-                          const RowWindow& w, float c2, float* srow, uint16_t* prow, float* m, float* l, float* orow,
-                          int64_t Dvp, const DropoutKey& dkey, const DropoutLanes& lanes) {
+                          const RowWindow& w, float c2, float* srow, uint16_t* prow, int64_t ppart, float* m, float* l,
+                          float* orow, int64_t Dvp, const DropoutKey& dkey, const DropoutLanes& lanes) {
     const int64_t lo = w.lo(i) - j0, hi = w.hi(i) - j0;  // visible keys of the row, block-relative
     if (lo > hi || hi < 0 || lo >= nk) {
-      std::memset(prow, 0, static_cast<size_t>(nk) * 2);
+      for (int part = 0; part < kParts; ++part) std::memset(prow + part * ppart, 0, static_cast<size_t>(nk) * 2);
       return;
     }
     const bool full = lo <= 0 && hi >= nk - 1;
@@ -237,8 +261,10 @@ struct AmxForward {
     // Only the 32-key groups [jb, je) hold visible keys (a window's edges, the causal diagonal):
     // the rest of P is zero and costs no exp.
     const int64_t jb = full ? 0 : imax(lo, 0) & ~int64_t(31), je = full ? nk : imin(nk, pad32(hi + 1));
-    if (jb > 0) std::memset(prow, 0, static_cast<size_t>(jb) * 2);
-    if (je < nk) std::memset(prow + je, 0, static_cast<size_t>(nk - je) * 2);
+    for (int part = 0; part < kParts; ++part) {
+      if (jb > 0) std::memset(prow + part * ppart, 0, static_cast<size_t>(jb) * 2);
+      if (je < nk) std::memset(prow + part * ppart + je, 0, static_cast<size_t>(nk - je) * 2);
+    }
     const V vc2 = _mm512_set1_ps(c2);
     V mx = _mm512_set1_ps(-INFINITY);
     if (plain) {
@@ -303,14 +329,29 @@ struct AmxForward {
         x0 = _mm512_sub_ps(_mm512_loadu_ps(srow + j), vm);
         x1 = _mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), vm);
       }
-      V p0 = Ops512Base::exp2_nonpositive(x0), p1 = Ops512Base::exp2_nonpositive(x1);
+      V p0, p1;
+      if constexpr (kParts == 1) {
+        p0 = Ops512Base::exp2_nonpositive(x0);
+        p1 = Ops512Base::exp2_nonpositive(x1);
+      } else {
+        p0 = Ops512Base::exp2(x0);
+        p1 = Ops512Base::exp2(x1);
+      }
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
       if constexpr ((kFeat & kFeatDropout) != 0) {
         p0 = dropout_apply<Ops512Base>(p0, e0 + j, lanes, dkey);
         p1 = dropout_apply<Ops512Base>(p1, e0 + j + 16, lanes, dkey);
       }
-      _mm512_storeu_si512(prow + j, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      if constexpr (kParts == 1) {
+        _mm512_storeu_si512(prow + j, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      } else {
+        const amx::Parts16 s0 = amx::split3(p0), s1 = amx::split3(p1);
+        for (int part = 0; part < 3; ++part) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + part * ppart + j), s0.part[part]);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + part * ppart + j + 16), s1.part[part]);
+        }
+      }
     }
     const float alpha = mold == -INFINITY ? 0.0f : exp2_scalar(mold - muse);
     *l = *l * alpha + _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));

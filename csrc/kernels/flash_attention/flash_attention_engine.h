@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/flash_attention/flash_attention_amx_backward.h"
 #include "kernels/flash_attention/flash_attention_amx_forward.h"
@@ -76,16 +77,22 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
       run_small_forward<OpsF32>(p, plan, ws, out_kind);
   } else
 #if defined(OP_AVX512_BF16)
-  if (plan.compute == flash::Compute::kBf16Amx) {
-    {
-      OP_PROFILE_SCOPE(kPack);
-      stage_amx_panels(p, plan, ws);
-    }
-    with_features(p, [&](auto feat) {
-      run_tasks(plan, ws, [&](const Task& t, char* slot) {
-        AmxForward::task<decltype(feat)::value>(p, plan, ws, out_kind, t, slot);
+  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx) {
+    auto run = [&](auto parts) {
+      {
+        OP_PROFILE_SCOPE(kPack);
+        stage_amx_panels<decltype(parts)::value>(p, plan, ws);
+      }
+      with_features(p, [&](auto feat) {
+        run_tasks(plan, ws, [&](const Task& t, char* slot) {
+          AmxForward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, ws, out_kind, t, slot);
+        });
       });
-    });
+    };
+    if (plan.compute == flash::Compute::kF32Amx)
+      run(std::integral_constant<int, 3>{});
+    else
+      run(std::integral_constant<int, 1>{});
   } else
 #endif
   if (plan.compute == flash::Compute::kF64)
@@ -143,16 +150,22 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
       run_small_backward<OpsF32>(p, plan, out_kind, ws);
   } else
 #if defined(OP_AVX512_BF16)
-  if (plan.compute == flash::Compute::kBf16Amx) {
-    {
-      OP_PROFILE_SCOPE(kPack);
-      stage_amx_backward(p, plan, ws);
-    }
-    with_features(p, [&](auto feat) {
-      run_tasks(plan, ws, [&](const Task& t, char* slot) {
-        AmxBackward::task<decltype(feat)::value>(p, plan, out_kind, ws, t, slot);
+  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx) {
+    auto run = [&](auto parts) {
+      {
+        OP_PROFILE_SCOPE(kPack);
+        stage_amx_backward<decltype(parts)::value>(p, plan, ws);
+      }
+      with_features(p, [&](auto feat) {
+        run_tasks(plan, ws, [&](const Task& t, char* slot) {
+          AmxBackward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, out_kind, ws, t, slot);
+        });
       });
-    });
+    };
+    if (plan.compute == flash::Compute::kF32Amx)
+      run(std::integral_constant<int, 3>{});
+    else
+      run(std::integral_constant<int, 1>{});
     OP_PROFILE_SCOPE(kReduce);
     if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
     if (plan.bwd_chunks > 1) Backward<OpsBf16>::reduce_dq(p, plan, out_kind, ws);

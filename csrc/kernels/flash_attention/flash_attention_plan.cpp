@@ -108,9 +108,14 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   // tile (decode), where the vector kernels (keys read in place) cost less.
   if (plan->compute == Compute::kBf16Pairs && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ)
     plan->compute = Compute::kBf16Amx;
-  const bool amx = plan->compute == Compute::kBf16Amx;
+  // float32 inputs likewise, every operand in three bf16 parts: six tile GEMMs per GEMM, float32's
+  // accuracy, and still faster than float FMAs (docs/decisions.md).
+  if (plan->compute == Compute::kF32 && !plan->convert_in_tasks && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ)
+    plan->compute = Compute::kF32Amx;
+  const bool amx = plan->compute == Compute::kBf16Amx || plan->compute == Compute::kF32Amx;
+  const int64_t parts = plan->compute == Compute::kF32Amx ? 3 : 1;  // bf16 parts of an operand
   if (amx) {
-    plan->amx_block_q = bwd ? kAmxBwdBlockQ : kAmxBlockQ;
+    plan->amx_block_q = bwd ? kAmxBwdBlockQ : parts == 3 ? kAmxF32BlockQ : kAmxBlockQ;
     plan->amx_block_kv = bwd ? kAmxBwdBlockKV : kAmxBlockKV;
   }
   const int64_t block_q = amx ? plan->amx_block_q : kBlockQ, block_kv = amx ? plan->amx_block_kv : kBlockKV;
@@ -188,8 +193,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->amx_dq_ld = amx_rows(p.max_seqlen_q) + 16;
     slot += up(Dp * plan->amx_dq_ld * 4);        // dQ^T accumulator
     slot += 2 * up(bkv * (bq + 16) * 4);         // S^T, dP^T
-    slot += 2 * up(bkv * (bq + 32) * 2);         // P^T, dS^T rows (A tiles)
-    slot += up(bq * bkv * 2);                    // dS^T key-pair panels (B tiles)
+    slot += 2 * up(parts * bkv * (bq + 32) * 2); // P^T, dS^T rows (A tiles)
+    slot += up(parts * bq * bkv * 2);            // dS^T key-pair panels (B tiles)
     slot += up(bkv * (Dp + 16) * 4);             // dK accumulator
     slot += up(bkv * (Dvp + 16) * 4);            // dV accumulator
     slot += up(17 * (Dp + 16) * 4);              // dQ rows being transposed, conversion scratch
@@ -197,9 +202,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   } else if (amx) {  // flash_attention_amx_forward.h carves these in this order
     const int64_t Dpad = pad32(D);
     const int64_t bq = plan->amx_block_q, bkv = plan->amx_block_kv;
-    slot += up(bq * Dpad * 2);                   // Q rows (A tiles)
-    slot += up(bq * amx_ld_scores(bkv) * 4);     // scores
-    slot += up(bq * amx_ld_p(bkv) * 2);          // P (A tiles)
+    slot += up(parts * bq * Dpad * 2);           // Q rows (A tiles)
+    slot += up(64 * amx_ld_scores(bkv) * 4);     // scores: two strips of 32 rows
+    slot += up(parts * bq * amx_ld_p(bkv) * 2);  // P (A tiles)
     slot += up(bq * (Dvp + 16) * 4);             // output accumulator
     slot += 2 * up(bq * 4);                      // m, l
     slot += up((Dvp + 16) * 4);                        // conversion scratch
@@ -299,13 +304,14 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->bkv_row0 = storage->bkv_row0.data();
     plan->bq_row0 = storage->bq_row0.data();
     const uint64_t kvr = static_cast<uint64_t>(p.heads_kv * kv_rows), qr = static_cast<uint64_t>(p.heads_q * q_rows);
-    plan->bkv_k_offset = layout.reserve(kvr * pad32(D) * 2);
-    plan->bkv_v_offset = layout.reserve(kvr * pad32(Dv) * 2);
-    plan->bkv_kt_offset = layout.reserve(kvr * Dp * 2);
-    plan->bq_qt_offset = layout.reserve(qr * pad32(D) * 2);
-    plan->bq_dot_offset = layout.reserve(qr * pad32(Dv) * 2);
-    plan->bq_qp_offset = layout.reserve(qr * Dp * 2);
-    plan->bq_dop_offset = layout.reserve(qr * Dvp * 2);
+    const uint64_t pb = static_cast<uint64_t>(parts) * 2;  // bytes of an element in all its parts
+    plan->bkv_k_offset = layout.reserve(kvr * pad32(D) * pb);
+    plan->bkv_v_offset = layout.reserve(kvr * pad32(Dv) * pb);
+    plan->bkv_kt_offset = layout.reserve(kvr * Dp * pb);
+    plan->bq_qt_offset = layout.reserve(qr * pad32(D) * pb);
+    plan->bq_dot_offset = layout.reserve(qr * pad32(Dv) * pb);
+    plan->bq_qp_offset = layout.reserve(qr * Dp * pb);
+    plan->bq_dop_offset = layout.reserve(qr * Dvp * pb);
     plan->bq_lse_offset = layout.reserve(qr * 4);
     plan->bq_delta_offset = layout.reserve(qr * 4);
   } else if (amx) {
@@ -317,8 +323,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     }
     plan->panel_rows = rows;
     plan->panel_row0 = storage->panel_row0.data();
-    plan->kpanel_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * pad32(D) * 2));
-    plan->vpanel_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * Dvp * 2));
+    plan->kpanel_offset = layout.reserve(static_cast<uint64_t>(parts * p.heads_kv * rows * pad32(D) * 2));
+    plan->vpanel_offset = layout.reserve(static_cast<uint64_t>(parts * p.heads_kv * rows * Dvp * 2));
   }
   plan->dq_rows = 0;
   if (bwd && plan->bwd_chunks > 1) {
