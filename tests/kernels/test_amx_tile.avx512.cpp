@@ -2,11 +2,12 @@
 // (torch-free): the tile GEMM in both modes over every block shape it has (2x2, 2x1, 1x2, 1x1
 // tiles of 16, so M and N of 16 .. 112 and K of 32 .. 256), fed by both packers (B from rows,
 // B from a transposed matrix) with odd sizes, odd leading dimensions and tails that must read
-// as zero; the same for float operands in three bf16 parts. Skipped (and says so) where the CPU or OP_PLUGIN_ISA gives no AMX.
+// as zero; the same for float (float16) operands in three (two) bf16 parts. Skipped (and says so) where the CPU or OP_PLUGIN_ISA gives no AMX.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/amx_tile.h"
@@ -86,36 +87,45 @@ static void check(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumula
 
 // float operands in three bf16 parts (gemm_parts<.., 3>, the packers' _split variants): the six
 // kept products must give float32's accuracy. A bf16x3 (two parts) or a dropped pair is off by
-// about 2^-16 of the products' magnitude, 15 times the tolerance here.
+// about 2^-16 of the products' magnitude, 15 times the tolerance here. float16 operands in two
+// parts (kParts 2): every product exact, so float32 accumulation only, as for three parts.
+template <int kParts>
 static void check_parts(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumulate, bool transposed,
                         std::mt19937& rng) {
+  using T = std::conditional_t<kParts == 2, op_plugin::Half, float>;
   std::normal_distribution<float> nd(0.f, 1.f);
-  std::uniform_int_distribution<int> ex(-20, 20);
-  auto value = [&] { return std::ldexp(nd(rng), ex(rng)); };  // float exponents far apart
+  std::uniform_int_distribution<int> ex(kParts == 2 ? -6 : -20, kParts == 2 ? 6 : 20);
+  auto value = [&] {  // exponents far apart
+    const float x = std::ldexp(nd(rng), ex(rng));
+    if constexpr (kParts == 2) return op_plugin::to_half(x); else return x;
+  };
+  auto as_double = [](T x) {
+    if constexpr (kParts == 2) return static_cast<double>(op_plugin::to_float(x)); else return static_cast<double>(x);
+  };
   const int64_t lda = K + 32, ldc = N + 16, Np = (N + 15) / 16 * 16, lds = K + 7;
-  std::vector<float> Af(static_cast<size_t>(M * lds));
+  std::vector<T> Af(static_cast<size_t>(M * lds));
   for (auto& x : Af) x = value();
   // X holds B(k, n) for k < kvalid, n < N, with an odd leading dimension
   const int64_t ldx = transposed ? kvalid + 3 : N + 3;
-  std::vector<float> X(static_cast<size_t>((transposed ? N : kvalid) * ldx + 8));
+  std::vector<T> X(static_cast<size_t>((transposed ? N : kvalid) * ldx + 8));
   for (auto& x : X) x = value();
-  auto b_at = [&](int64_t k, int64_t n) { return static_cast<double>(transposed ? X[n * ldx + k] : X[k * ldx + n]); };
+  auto b_at = [&](int64_t k, int64_t n) { return as_double(transposed ? X[n * ldx + k] : X[k * ldx + n]); };
   const int64_t apart = M * lda, ldp = 16 * K, bpart = Np / 16 * ldp;
-  std::vector<uint16_t> A(static_cast<size_t>(3 * apart), 0x7fc0), Bp(static_cast<size_t>(3 * bpart), 0x7fc0);
-  amx::pack_a_rows_split(Af.data(), lds, M, kvalid, A.data(), lda, K, apart);
+  std::vector<uint16_t> A(static_cast<size_t>(kParts * apart), 0x7fc0), Bp(static_cast<size_t>(kParts * bpart), 0x7fc0);
+  amx::pack_a_rows_split<kParts>(Af.data(), lds, M, kvalid, A.data(), lda, K, apart);
   if (transposed)
-    amx::pack_b_transposed_split(X.data(), ldx, N, kvalid, Bp.data(), K, bpart);
+    amx::pack_b_transposed_split<kParts>(X.data(), ldx, N, kvalid, Bp.data(), K, bpart);
   else
-    amx::pack_b_rows_split(X.data(), ldx, kvalid, N, Bp.data(), ldp, K, bpart);
+    amx::pack_b_rows_split<kParts>(X.data(), ldx, kvalid, N, Bp.data(), ldp, K, bpart);
   std::vector<float> C(static_cast<size_t>(M * ldc));
   for (auto& x : C) x = nd(rng);
   const std::vector<float> C0 = C;
   {
     amx::TileScope tiles;
     if (accumulate)
-      amx::gemm_parts<true, 3>(M, Np, K, A.data(), lda, apart, Bp.data(), ldp, bpart, C.data(), ldc, [] {});
+      amx::gemm_parts<true, kParts>(M, Np, K, A.data(), lda, apart, Bp.data(), ldp, bpart, C.data(), ldc, [] {});
     else
-      amx::gemm_parts<false, 3>(M, Np, K, A.data(), lda, apart, Bp.data(), ldp, bpart, C.data(), ldc, [] {});
+      amx::gemm_parts<false, kParts>(M, Np, K, A.data(), lda, apart, Bp.data(), ldp, bpart, C.data(), ldc, [] {});
   }
   int bad = 0;
   double worst = 0;
@@ -124,7 +134,7 @@ static void check_parts(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool ac
       double ref = 0, mag = 0;
       if (n < N)
         for (int64_t k = 0; k < kvalid; ++k) {
-          const double p = static_cast<double>(Af[m * lds + k]) * b_at(k, n);
+          const double p = as_double(Af[m * lds + k]) * b_at(k, n);
           ref += p;
           mag += std::fabs(p);
         }
@@ -132,19 +142,19 @@ static void check_parts(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool ac
       if (n >= Np) ref = c0;
       else if (accumulate) ref += c0;
       // float32 accumulation of 6 K products: the worst seen is 3e-7 of the magnitude (5 ulps), as
-      // for any float32 dot product of this length; a dropped pair costs 1.5e-5
+      // for any float32 dot product of this length
       const double scale = mag + std::fabs(c0);
       const double tol = n >= Np ? 0.0 : 1e-6 * scale;
       const double err = std::fabs(C[m * ldc + n] - ref);
       if (!(err <= tol)) ++bad;
       if (scale > 0) worst = std::fmax(worst, err / scale);
     }
-  EXPECT(bad == 0, "parts: M=%lld N=%lld K=%lld valid=%lld %s %s: %d wrong elements (worst %.3g of the magnitude)",
-         (long long)M, (long long)N, (long long)K, (long long)kvalid, accumulate ? "accumulate" : "overwrite",
+  EXPECT(bad == 0, "%d parts: M=%lld N=%lld K=%lld valid=%lld %s %s: %d wrong elements (worst %.3g of the magnitude)",
+         kParts, (long long)M, (long long)N, (long long)K, (long long)kvalid, accumulate ? "accumulate" : "overwrite",
          transposed ? "B^T" : "B", bad, worst);
 }
 
-// split3 is exact: the three parts sum to the float (when no part falls below 2^-126).
+// split<3> is exact: the three parts sum to the float (when no part falls below 2^-126).
 static void check_split3(std::mt19937& rng) {
   std::normal_distribution<float> nd(0.f, 1.f);
   std::uniform_int_distribution<int> ex(-60, 60);  // parts below 2^-126 flush to zero
@@ -152,7 +162,7 @@ static void check_split3(std::mt19937& rng) {
   for (int it = 0; it < 4096; ++it) {
     alignas(64) float x[16];
     for (auto& v : x) v = std::ldexp(nd(rng), ex(rng));
-    const amx::Parts16 s = amx::split3(_mm512_load_ps(x));
+    const auto s = amx::split<3>(_mm512_load_ps(x));
     alignas(64) uint16_t part[3][16];
     for (int i = 0; i < 3; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(part[i]), s.part[i]);
     for (int l = 0; l < 16; ++l) {
@@ -160,7 +170,7 @@ static void check_split3(std::mt19937& rng) {
       if (sum != static_cast<double>(x[l])) ++bad;
     }
   }
-  EXPECT(bad == 0, "split3: %d of 65536 floats not the exact sum of their parts", bad);
+  EXPECT(bad == 0, "split<3>: %d of 65536 floats not the exact sum of their parts", bad);
 }
 
 static bool test_can_run(const char** why) {
@@ -179,7 +189,8 @@ static int run_checks() {
           for (bool acc : {false, true})
             for (bool tr : {false, true}) {
               check(M, N, K, kvalid, acc, tr, rng);
-              check_parts(M, N, K, kvalid, acc, tr, rng);
+              check_parts<3>(M, N, K, kvalid, acc, tr, rng);
+              check_parts<2>(M, N, K, kvalid, acc, tr, rng);
             }
   check_split3(rng);
   std::printf("%d passed, %d failed\n", g_pass, g_fail);

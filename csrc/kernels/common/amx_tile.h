@@ -22,8 +22,10 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/simd.h"
+#include "op_plugin/scalar_types.h"
 #include "kernels/common/amx_intrinsics.h"  // after simd.h: its model lives in OP_ISA_NS
 
 #if defined(OP_AVX512_BF16)
@@ -76,15 +78,27 @@ inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
 // at six tile GEMMs' cost (against float FMAs, tiles do about 12 times the work per cycle).
 // Operands in parts: part i of A at A + i * a_part elements, of B at B + i * b_part, each part in
 // the layout above. The pairs (A part, B part) run smallest first.
+// float16 inputs need only two parts: 8 + 8 bits hold float16's 11 exactly, and all four products
+// (kSplitPairs2) keep the logits exact, as PyTorch's float32 accumulation of float16 products does
+// (dropping the product of the low parts, up to 2^-16 of |x y|, put the float32 softmax_lse 10-25
+// times further from float64 than PyTorch's). P, a float, gets two parts too: within 2^-16 of
+// itself, where PyTorch rounds P to float16.
 inline constexpr int kSplitPairs[6][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
+inline constexpr int kSplitPairs2[4][2] = {{1, 1}, {1, 0}, {0, 1}, {0, 0}};
+template <int kParts>
+inline constexpr int kPairsOf = kParts == 1 ? 1 : kParts == 2 ? 4 : 6;
+template <int kParts>
+constexpr int pair_part(int q, int side) {
+  return kParts == 1 ? 0 : kParts == 2 ? kSplitPairs2[q][side] : kSplitPairs[q][side];
+}
 
 // One MT x NT block of 16 x 16 C tiles (MT, NT in {1, 2}) over the whole contraction, of bf16
-// operands (kParts 1) or of float ones in three parts (kParts 3, the six pairs above).
+// operands (kParts 1), or of float16 (kParts 2) or float (3) ones in parts (the pairs above).
 // Tiles: C 0..3 (index 2 * mt + nt), A 4..5, B 6..7.
 template <int MT, int NT, bool kAccumulate, int kParts>
 OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int64_t a_part_bytes, const char* b0,
                                 const char* b1, int64_t b_part_bytes, char* c, int64_t ldc_bytes) {
-  static_assert(kParts == 1 || kParts == 3, "bf16 operands, or float ones in three bf16 parts");
+  static_assert(kParts >= 1 && kParts <= 3, "bf16 operands, or float16 / float ones in two / three bf16 parts");
   char* c1 = c + 16 * ldc_bytes;
   if constexpr (kAccumulate) {
     OP_TILE_LOADD(0, c, ldc_bytes);
@@ -97,10 +111,9 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int
     if constexpr (MT > 1) OP_TILE_ZERO(2);
     if constexpr (MT > 1 && NT > 1) OP_TILE_ZERO(3);
   }
-  constexpr int kPairs = kParts == 1 ? 1 : 6;
-  for (int q = 0; q < kPairs; ++q) {
-    const int64_t ao = kParts == 1 ? 0 : kSplitPairs[q][0] * a_part_bytes;
-    const int64_t bo = kParts == 1 ? 0 : kSplitPairs[q][1] * b_part_bytes;
+  for (int q = 0; q < kPairsOf<kParts>; ++q) {
+    const int64_t ao = pair_part<kParts>(q, 0) * a_part_bytes;
+    const int64_t bo = pair_part<kParts>(q, 1) * b_part_bytes;
     const char* a0 = a + ao;
     const char* a1 = a0 + 16 * lda_bytes;
     const char* p0 = b0 + bo;
@@ -133,7 +146,8 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int
 // `between()` runs after each block of C is issued: vector work placed there (memory the GEMM
 // does not touch) executes while the block's tile instructions do, since the core overlaps tile
 // and vector instructions that are close in the instruction stream (docs/decisions.md).
-// kParts 3: float operands in parts (a_part, b_part: elements between parts), see kSplitPairs.
+// kParts 2 / 3: float16 / float operands in parts (a_part, b_part: elements between parts), see
+// kSplitPairs.
 template <bool kAccumulate, int kParts, class Between>
 OP_AMX_TARGET inline void gemm_parts(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, int64_t a_part,
                                      const uint16_t* B, int64_t ldp, int64_t b_part, float* C, int64_t ldc,
@@ -270,84 +284,98 @@ inline void pack_b_rows(const uint16_t* X, int64_t ld, int64_t k, int64_t n, uin
   }
 }
 
-// ---- float operands in three bf16 parts (kParts 3) --------------------------------------------
+// ---- float16 / float operands in two / three bf16 parts (kParts 2 / 3) -----------------------
 
 // bf16 values (as from _mm512_cvtneps_pbh) widened to the floats they are.
 inline __m512 bf16_to_float(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
-// The three bf16 parts of 16 floats (see kSplitPairs): part[0] + part[1] + part[2] == x exactly
-// (for normal floats; vcvtneps2bf16 flushes parts below 2^-126 to zero, 1e-38 absolute).
+// The kParts bf16 parts of 16 floats (see kSplitPairs): their sum is x exactly for a float16 x in
+// two parts and for any float in three (vcvtneps2bf16 flushes parts below 2^-126 to zero, 1e-38).
+// The input element type of kParts parts: float16 in two, float in three.
+template <int kParts>
+using PartsInput = std::conditional_t<kParts == 2, Half, float>;
+
+template <int kParts>
 struct Parts16 {
-  __m256i part[3];
+  __m256i part[kParts];
 };
-inline Parts16 split3(__m512 x) {
-  Parts16 r;
-  r.part[0] = (__m256i)_mm512_cvtneps_pbh(x);
-  x = _mm512_sub_ps(x, bf16_to_float(r.part[0]));
-  r.part[1] = (__m256i)_mm512_cvtneps_pbh(x);
-  x = _mm512_sub_ps(x, bf16_to_float(r.part[1]));
-  r.part[2] = (__m256i)_mm512_cvtneps_pbh(x);
+template <int kParts>
+inline Parts16<kParts> split(__m512 x) {
+  Parts16<kParts> r;
+  for (int i = 0; i < kParts; ++i) {
+    r.part[i] = (__m256i)_mm512_cvtneps_pbh(x);
+    if (i + 1 < kParts) x = _mm512_sub_ps(x, bf16_to_float(r.part[i]));
+  }
   return r;
 }
 
 inline __mmask16 first_lanes(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
 }
+// 16 values from p as floats, zero past the first n.
+inline __m512 load16(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
+inline __m512 load16(const Half* p, int64_t n) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first_lanes(n), p));
+}
 
-// A rows of float X (rows x k, row stride ld) in parts: part i of row r at dst + i * part +
-// r * ldd, k zero-padded to kpad (a multiple of 32) columns.
-inline void pack_a_rows_split(const float* X, int64_t ld, int64_t rows, int64_t k, uint16_t* dst, int64_t ldd,
-                              int64_t kpad, int64_t part) {
+// A rows of X (rows x k, row stride ld; float or float16) in parts: part i of row r at
+// dst + i * part + r * ldd, k zero-padded to kpad (a multiple of 16) columns.
+template <int kParts, class T>
+void pack_a_rows_split(const T* X, int64_t ld, int64_t rows, int64_t k, uint16_t* dst, int64_t ldd, int64_t kpad,
+                       int64_t part) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < kpad; c += 16) {
-      const Parts16 s = split3(_mm512_maskz_loadu_ps(first_lanes(k - c), X + r * ld + c));
-      for (int i = 0; i < 3; ++i) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * part + r * ldd + c), s.part[i]);
+      const Parts16<kParts> s = split<kParts>(load16(X + r * ld + c, k - c));
+      for (int i = 0; i < kParts; ++i)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * part + r * ldd + c), s.part[i]);
     }
 }
 
-// pack_b_transposed for a float X, in parts (part i at dst + i * part).
-inline void pack_b_transposed_split(const float* X, int64_t ld, int64_t n, int64_t k, uint16_t* dst, int64_t kpad,
-                                    int64_t part) {
+// pack_b_transposed for a float or float16 X, in parts (part i at dst + i * part).
+template <int kParts, class T>
+void pack_b_transposed_split(const T* X, int64_t ld, int64_t n, int64_t k, uint16_t* dst, int64_t kpad, int64_t part) {
   for (int64_t p = 0; p * 16 < n; ++p) {
     const int rows = static_cast<int>(n - p * 16 < 16 ? n - p * 16 : 16);
     for (int64_t c0 = 0; c0 < kpad; c0 += 32) {
       // rows of 32 values (16 words) per part, then each part's block transposed into its panel
-      alignas(64) uint16_t tmp[3][16 * 32];
+      alignas(64) uint16_t tmp[kParts][16 * 32];
       for (int r = 0; r < rows; ++r)
         for (int h = 0; h < 2; ++h) {
           const int64_t c = c0 + 16 * h;
-          const Parts16 s = split3(_mm512_maskz_loadu_ps(first_lanes(k - c), X + (p * 16 + r) * ld + c));
-          for (int i = 0; i < 3; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[i] + r * 32 + 16 * h), s.part[i]);
+          const Parts16<kParts> s = split<kParts>(load16(X + (p * 16 + r) * ld + c, k - c));
+          for (int i = 0; i < kParts; ++i)
+            _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[i] + r * 32 + 16 * h), s.part[i]);
         }
-      for (int i = 0; i < 3; ++i)
+      for (int i = 0; i < kParts; ++i)
         transpose16x16_u32(reinterpret_cast<const uint32_t*>(tmp[i]), 16, rows, 16,
                            reinterpret_cast<uint32_t*>(dst + i * part + p * 16 * kpad) + (c0 / 2) * 16, 16);
     }
   }
 }
 
-// pack_b_rows for a float X, in parts (part i at dst + i * part).
-inline void pack_b_rows_split(const float* X, int64_t ld, int64_t k, int64_t n, uint16_t* dst, int64_t ldp, int64_t kpad,
-                              int64_t part) {
+// pack_b_rows for a float or float16 X, in parts (part i at dst + i * part).
+template <int kParts, class T>
+void pack_b_rows_split(const T* X, int64_t ld, int64_t k, int64_t n, uint16_t* dst, int64_t ldp, int64_t kpad,
+                       int64_t part) {
   const __m512i idx_lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
                                            0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
                                            0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
   const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
-  auto row_parts = [&](int64_t row, int64_t c0, __m512i out[3]) {  // 32 values of a row, in parts
-    Parts16 lo{}, hi{};
+  auto row_parts = [&](int64_t row, int64_t c0, __m512i out[kParts]) {  // 32 values of a row, in parts
+    Parts16<kParts> lo{}, hi{};
     if (row < k) {
-      lo = split3(_mm512_maskz_loadu_ps(first_lanes(n - c0), X + row * ld + c0));
-      hi = split3(_mm512_maskz_loadu_ps(first_lanes(n - c0 - 16), X + row * ld + c0 + 16));
+      lo = split<kParts>(load16(X + row * ld + c0, n - c0));
+      hi = split<kParts>(load16(X + row * ld + c0 + 16, n - c0 - 16));
     }
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kParts; ++i)
       out[i] = row < k ? _mm512_inserti64x4(_mm512_castsi256_si512(lo.part[i]), hi.part[i], 1) : _mm512_setzero_si512();
   };
   for (int64_t r = 0; r < kpad / 2; ++r) {
     for (int64_t c0 = 0; c0 < n; c0 += 32) {
-      __m512i a[3], b[3];
+      __m512i a[kParts], b[kParts];
       row_parts(2 * r, c0, a);
       row_parts(2 * r + 1, c0, b);
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < kParts; ++i) {
         uint16_t* d = dst + i * part + (c0 / 16) * ldp + 32 * r;
         _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a[i], idx_lo, b[i]));
         if (n - c0 > 16) _mm512_storeu_si512(d + ldp, _mm512_permutex2var_epi16(a[i], idx_hi, b[i]));

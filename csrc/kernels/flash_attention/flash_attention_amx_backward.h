@@ -1,6 +1,6 @@
 // Backward tile loop of the flash attention engine, AMX-BF16 dataflow (bf16 inputs on a CPU with
-// AMX tiles; AVX-512 translation unit only). float32 inputs run the same loop with every operand
-// in three bf16 parts (kParts 3: amx::kSplitPairs), at float32's accuracy.
+// AMX tiles; AVX-512 translation unit only). float32 (float16) inputs run the same loop with every
+// operand in three (two) bf16 parts (kParts 3, 2: amx::kSplitPairs), at their dtype's accuracy.
 //
 // One task per (b, query head n, key chunk), as the vector backward: for each key block of
 // plan.amx_block_kv keys (outer) and each strip of plan.amx_block_q query rows that can see it
@@ -41,7 +41,8 @@ namespace fa {
 // The packed operands of the AMX backward (flash_attention_plan.h, Plan::bq_* / bkv_*). Rows of a
 // sequence are padded to amx_rows(len) = pad32(len) + 32 (a multiple of 32 for the tiles, and no
 // power-of-two row stride for the d-major K^T).
-// float inputs (kParts 3): part i of each packed operand at its pointer + i * its *part stride.
+// float16 / float inputs (kParts 2 / 3): part i of each packed operand at its pointer + i * its
+// *part stride.
 struct AmxBwdKv {  // one (b, kv head)
   const uint16_t* ka;  // K rows [amx_rows][pad32(D)]: A of S^T (or the input's rows, see below)
   const uint16_t* va;  // V rows [amx_rows][pad32(Dv)]: A of dP^T (likewise)
@@ -90,7 +91,7 @@ AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* w
                       h * p.k_head_stride;
   const uint16_t* v = static_cast<const uint16_t*>(p.v) + b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride +
                       h * p.v_head_stride;
-  // (float inputs are always packed: into parts)
+  // (float16 / float inputs are always packed: into parts)
   a.k_in_place = kParts == 1 && amx_bwd_rows_in_place(k, p.k_row_stride, p.head_dim, skv);
   a.v_in_place = kParts == 1 && amx_bwd_rows_in_place(v, p.v_row_stride, p.head_dim_v, skv);
   if (a.k_in_place) {
@@ -192,25 +193,23 @@ inline float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
   return d;
 }
 
-// sum_c a[c] * b[c] of two float rows.
-inline float dot_f32(const float* a, const float* b, int64_t n) {
+// sum_c a[c] * b[c] of two float (float16) rows, in fp32.
+template <class T>
+float dot_rows(const T* a, const T* b, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 16 <= n; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), acc);
-  float d = _mm512_reduce_add_ps(acc);
-  for (; c < n; ++c) d += a[c] * b[c];
-  return d;
+  for (int64_t c = 0; c < n; c += 16) acc = _mm512_fmadd_ps(amx::load16(a + c, n - c), amx::load16(b + c, n - c), acc);
+  return _mm512_reduce_add_ps(acc);
 }
 
-// The float inputs' K (V) rows in parts, rows [skv, ld) zero, and K^T from K's parts.
-inline void stage_amx_kv_parts(const FlashAttnBwdParams& p, const AmxBwdKv& a, int64_t skv, const float* k,
-                               const float* v) {
+// The float16 / float inputs' K (V) rows in parts, rows [skv, ld) zero, and K^T from K's parts.
+template <int kParts, class T>
+void stage_amx_kv_parts(const FlashAttnBwdParams& p, const AmxBwdKv& a, int64_t skv, const T* k, const T* v) {
   const int64_t D = p.head_dim, Dv = p.head_dim_v, Dpad = pad32(D), Dvpad = pad32(Dv);
   uint16_t* ka = const_cast<uint16_t*>(a.ka);
   uint16_t* va = const_cast<uint16_t*>(a.va);
-  amx::pack_a_rows_split(k, p.k_row_stride, skv, D, ka, Dpad, Dpad, a.kapart);
-  amx::pack_a_rows_split(v, p.v_row_stride, skv, Dv, va, Dvpad, Dvpad, a.vapart);
-  for (int part = 0; part < 3; ++part) {
+  amx::pack_a_rows_split<kParts>(k, p.k_row_stride, skv, D, ka, Dpad, Dpad, a.kapart);
+  amx::pack_a_rows_split<kParts>(v, p.v_row_stride, skv, Dv, va, Dvpad, Dvpad, a.vapart);
+  for (int part = 0; part < kParts; ++part) {
     std::memset(ka + part * a.kapart + skv * Dpad, 0, static_cast<size_t>((a.ld - skv) * Dpad) * 2);
     std::memset(va + part * a.vapart + skv * Dvpad, 0, static_cast<size_t>((a.ld - skv) * Dvpad) * 2);
     transpose_bf16_padded(ka + part * a.kapart, Dpad, skv, D, const_cast<uint16_t*>(a.kt) + part * a.ktpart, a.ld,
@@ -219,8 +218,8 @@ inline void stage_amx_kv_parts(const FlashAttnBwdParams& p, const AmxBwdKv& a, i
 }
 
 // Packs the backward's operands (see AmxBwdKv / AmxBwdQ) for every (b, kv head) and every
-// (b, query head), in parallel; lse2 and Delta of every query row. kParts 3: float inputs, every
-// operand in its three bf16 parts.
+// (b, query head), in parallel; lse2 and Delta of every query row. kParts 2 / 3: float16 / float
+// inputs, every operand in its bf16 parts.
 template <int kParts>
 void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws) {
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
@@ -236,8 +235,9 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws)
         const int64_t skv = p.seqlen_kv[b];
         const int64_t k_off = b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride;
         const int64_t v_off = b * p.v_batch_stride + p.kv_start[b] * p.v_row_stride + h * p.v_head_stride;
-        if constexpr (kParts == 3) {
-          stage_amx_kv_parts(p, a, skv, static_cast<const float*>(p.k) + k_off, static_cast<const float*>(p.v) + v_off);
+        if constexpr (kParts > 1) {
+          using T = amx::PartsInput<kParts>;
+          stage_amx_kv_parts<kParts>(p, a, skv, static_cast<const T*>(p.k) + k_off, static_cast<const T*>(p.v) + v_off);
           continue;
         }
         const uint16_t* k = static_cast<const uint16_t*>(p.k) + k_off;
@@ -266,12 +266,15 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws)
         amx::pack_b_rows(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld);
         amx::pack_b_rows(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld);
       } else {
-        const float* q = static_cast<const float*>(p.q) + q_off;
-        const float* dO = static_cast<const float*>(p.dout) + o_off;
-        amx::pack_b_transposed_split(q, p.q_row_stride, sq, D, qt, Dpad, a.qtpart);
-        amx::pack_b_transposed_split(dO, p.o_row_stride, sq, Dv, dot, Dvpad, a.dotpart);
-        amx::pack_b_rows_split(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld, a.qppart);
-        amx::pack_b_rows_split(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld, a.doppart);
+        using T = amx::PartsInput<kParts>;
+        const T* q = static_cast<const T*>(p.q) + q_off;
+        const T* dO = static_cast<const T*>(p.dout) + o_off;
+        amx::pack_b_transposed_split<kParts>(q, p.q_row_stride, sq, D, qt, Dpad, a.qtpart);
+        amx::pack_b_transposed_split<kParts>(dO, p.o_row_stride, sq, Dv, dot, Dvpad, a.dotpart);
+        amx::pack_b_rows_split<kParts>(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld,
+                                       a.qppart);
+        amx::pack_b_rows_split<kParts>(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld,
+                                       a.doppart);
       }
       float* lse2 = const_cast<float*>(a.lse2);
       float* delta = const_cast<float*>(a.delta);
@@ -289,7 +292,8 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws)
         if constexpr (kParts == 1)
           delta[i] = dot_bf16(static_cast<const uint16_t*>(p.out) + r, static_cast<const uint16_t*>(p.dout) + r, Dv);
         else
-          delta[i] = dot_f32(static_cast<const float*>(p.out) + r, static_cast<const float*>(p.dout) + r, Dv);
+          delta[i] = dot_rows(static_cast<const amx::PartsInput<kParts>*>(p.out) + r,
+                              static_cast<const amx::PartsInput<kParts>*>(p.dout) + r, Dv);
       }
     }
   });
@@ -299,7 +303,7 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws)
 struct AmxBackward {
   using V = __m512;
 
-  // kParts 1: bf16 inputs; 3: float inputs, every operand in three bf16 parts (amx::kSplitPairs).
+  // kParts 1: bf16 inputs; 2 / 3: float16 / float inputs, every operand in bf16 parts.
   template <int kFeat, int kParts>
   static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws, const Task& t, char* slot) {
     const int64_t b = t.b, n = t.n, h = n / p.group;
@@ -460,7 +464,7 @@ struct AmxBackward {
   // P^T = 2^(c2 S^T (+ bias) - lse2) (0 outside the row's window and past Sq), dS^T = P^T (dP^T -
   // Delta) (dropout: P Z / keep_prob feeds dV, dP Z / keep_prob feeds dS). Written as bf16 rows
   // pt, dst (A layout) and as key-pair panels dsp (B layout of dQ^T); key rows [nc, ncp) are zero.
-  // kParts 3: each in three bf16 parts (part i at + i * apart, resp. + i * dspart).
+  // kParts 2 / 3: each in bf16 parts (part i at + i * apart, resp. + i * dspart).
   template <int kFeat, int kParts>
   static void elementwise(const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq,
                           int64_t j0, int64_t nc, int64_t ncp, int64_t sq, float c2, float sc_out, const float* st,
@@ -507,8 +511,9 @@ struct AmxBackward {
           Ops512Bf16::store_bf16(dst + (j + 1) * ldA + q0, ds1);
           Ops512Bf16::store_bf16_pair(pair + q0 * Bc, ds0, ds1);
         } else {
-          const amx::Parts16 p0 = amx::split3(pd0), p1 = amx::split3(pd1), d0 = amx::split3(ds0), d1 = amx::split3(ds1);
-          for (int part = 0; part < 3; ++part) {
+          const auto p0 = amx::split<kParts>(pd0), p1 = amx::split<kParts>(pd1);
+          const auto d0 = amx::split<kParts>(ds0), d1 = amx::split<kParts>(ds1);
+          for (int part = 0; part < kParts; ++part) {
             store16(pt + part * apart + j * ldA + q0, p0.part[part]);
             store16(pt + part * apart + (j + 1) * ldA + q0, p1.part[part]);
             store16(dst + part * apart + j * ldA + q0, d0.part[part]);
@@ -552,8 +557,8 @@ struct AmxBackward {
     else
       x = _mm512_fmsub_ps(_mm512_loadu_ps(s), vc2, l2);
     if (base < lo || base + 15 > hi) x = Ops512Base::mask_range(x, base, lo, hi);
-    // (float inputs: the float32 path's exp2, 1.5 ulp; a bf16 P^T needs only the degree-5 one)
-    const V pv = kParts == 1 ? Ops512Base::exp2_nonpositive(x) : Ops512Base::exp2(x);
+    // (float32: the float32 path's exp2, 1.5 ulp; bf16 and float16 need only the degree-5 one)
+    const V pv = kParts == 3 ? Ops512Base::exp2(x) : Ops512Base::exp2_nonpositive(x);
     V pd = pv, dpv = _mm512_loadu_ps(dp);
     if constexpr ((kFeat & kFeatDropout) != 0) {
       const V z = dropout_apply<Ops512Base>(_mm512_set1_ps(1.0f), e_vec, lanes, dkey);

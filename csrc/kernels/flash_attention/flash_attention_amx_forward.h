@@ -1,6 +1,6 @@
 // Forward tile loop of the flash attention engine, AMX-BF16 dataflow (bf16 inputs on a CPU with
-// AMX tiles; AVX-512 translation unit only). float32 inputs run the same loop with every operand
-// in three bf16 parts (kParts 3: amx::kSplitPairs), at float32's accuracy.
+// AMX tiles; AVX-512 translation unit only). float32 (float16) inputs run the same loop with every
+// operand in three (two) bf16 parts (kParts 3, 2: amx::kSplitPairs), at their dtype's accuracy.
 //
 // Row layout, as PyTorch's CPU flash kernel: per task (b, query head n, block of
 // plan.amx_block_q query rows) and key block of plan.amx_block_kv keys, for each strip of 32
@@ -59,7 +59,7 @@ inline AmxPanels amx_panels(const FlashAttnFwdParams& p, const Plan& plan, const
 
 // Packs K^T and V panels of every (b, kv head) for the actual keys [0, seqlen_kv[b]) (keys past
 // it, padding up to a multiple of 32 included, are zero: their P is 0 and 0 * garbage would not be).
-// kParts 3: float inputs, each panel in its three bf16 parts.
+// kParts 2 / 3: float16 / float inputs, each panel in its bf16 parts.
 template <int kParts>
 void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
   constexpr int64_t kChunk = 256;  // keys per work item (a multiple of 32)
@@ -82,10 +82,11 @@ void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
         amx::pack_b_transposed(static_cast<const uint16_t*>(p.k) + k_off, p.k_row_stride, valid, D, kdst, a.dpad);
         amx::pack_b_rows(static_cast<const uint16_t*>(p.v) + v_off, p.v_row_stride, valid, Dv, vdst, a.vld, nk);
       } else {
-        amx::pack_b_transposed_split(static_cast<const float*>(p.k) + k_off, p.k_row_stride, valid, D, kdst, a.dpad,
-                                     a.kpart);
-        amx::pack_b_rows_split(static_cast<const float*>(p.v) + v_off, p.v_row_stride, valid, Dv, vdst, a.vld, nk,
-                               a.vpart);
+        using T = amx::PartsInput<kParts>;
+        amx::pack_b_transposed_split<kParts>(static_cast<const T*>(p.k) + k_off, p.k_row_stride, valid, D, kdst, a.dpad,
+                                             a.kpart);
+        amx::pack_b_rows_split<kParts>(static_cast<const T*>(p.v) + v_off, p.v_row_stride, valid, Dv, vdst, a.vld, nk,
+                                       a.vpart);
       }
       const int64_t kpanels_written = (valid + 15) / 16;
       for (int part = 0; part < kParts; ++part)
@@ -99,7 +100,7 @@ struct AmxForward {
   using S = float;
   using V = __m512;
 
-  // kParts 1: bf16 inputs; 3: float inputs, every operand in three bf16 parts (amx::kSplitPairs).
+  // kParts 1: bf16 inputs; 2 / 3: float16 / float inputs, every operand in bf16 parts.
   template <int kFeat, int kParts>
   static void task(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind, const Task& t, char* slot) {
     const int64_t b = t.b, n = t.n, i0 = t.i0;
@@ -136,7 +137,8 @@ struct AmxForward {
           std::memset(qa + r * Dpad + D, 0, static_cast<size_t>(Dpad - D) * 2);
         }
       } else {
-        amx::pack_a_rows_split(static_cast<const float*>(p.q) + q_off, p.q_row_stride, rows, D, qa, Dpad, Dpad, qpart);
+        amx::pack_a_rows_split<kParts>(static_cast<const amx::PartsInput<kParts>*>(p.q) + q_off, p.q_row_stride, rows, D, qa,
+                                       Dpad, Dpad, qpart);
       }
       for (int part = 0; part < kParts; ++part) {
         std::memset(qa + part * qpart + rows * Dpad, 0, static_cast<size_t>((rows16 - rows) * Dpad) * 2);
@@ -217,8 +219,8 @@ struct AmxForward {
           if constexpr (kParts == 1) {
             scores(it, spread(amx::gemm_blocks(it.m16, it.nk), pending, done, pending.srows));
           } else {
-            // float32 in parts: six times the tile work per softmax row, and spreading the rows
-            // over it measured 11% slower than running them first (docs/decisions.md)
+            // operands in parts: 3-6 times the tile work per softmax row, and spreading the rows
+            // over it measured 11% slower than running them first (float32, docs/decisions.md)
             softmax_rows(pending, done, pending.srows);
             scores(it, [] {});
           }
@@ -245,8 +247,9 @@ struct AmxForward {
   // masked to the row's window; m, l updated online; P = 2^(x - m) as bf16 (dropout applied to
   // P only, never to the sum); the row's O rescaled when its max moves. Without swa features and
   // with a positive scale (the usual case) the max is taken over S itself and x is formed in the
-  // exponent's FMA, so S is read twice and never written. kParts 3: P in three bf16 parts (part i
-  // at prow + i * ppart), from the float32 path's exp2 (1.5 ulp; bf16 P needs only the degree-5 one).
+  // exponent's FMA, so S is read twice and never written. kParts 2 / 3: P in bf16 parts (part i
+  // at prow + i * ppart); float32 takes the float32 path's exp2 (1.5 ulp), the others the degree-5
+  // one (2 ulp).
   template <int kFeat, int kParts>
   static void softmax_row(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i, int64_t j0, int64_t nk,
                           const RowWindow& w, float c2, float* srow, uint16_t* prow, int64_t ppart, float* m, float* l,
@@ -330,12 +333,12 @@ struct AmxForward {
         x1 = _mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), vm);
       }
       V p0, p1;
-      if constexpr (kParts == 1) {
-        p0 = Ops512Base::exp2_nonpositive(x0);
-        p1 = Ops512Base::exp2_nonpositive(x1);
-      } else {
+      if constexpr (kParts == 3) {
         p0 = Ops512Base::exp2(x0);
         p1 = Ops512Base::exp2(x1);
+      } else {
+        p0 = Ops512Base::exp2_nonpositive(x0);
+        p1 = Ops512Base::exp2_nonpositive(x1);
       }
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
@@ -346,8 +349,8 @@ struct AmxForward {
       if constexpr (kParts == 1) {
         _mm512_storeu_si512(prow + j, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
       } else {
-        const amx::Parts16 s0 = amx::split3(p0), s1 = amx::split3(p1);
-        for (int part = 0; part < 3; ++part) {
+        const auto s0 = amx::split<kParts>(p0), s1 = amx::split<kParts>(p1);
+        for (int part = 0; part < kParts; ++part) {
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + part * ppart + j), s0.part[part]);
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + part * ppart + j + 16), s1.part[part]);
         }

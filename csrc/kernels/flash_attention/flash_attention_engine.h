@@ -77,7 +77,8 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
       run_small_forward<OpsF32>(p, plan, ws, out_kind);
   } else
 #if defined(OP_AVX512_BF16)
-  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx) {
+  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx ||
+      plan.compute == flash::Compute::kF16Amx) {
     auto run = [&](auto parts) {
       {
         OP_PROFILE_SCOPE(kPack);
@@ -91,6 +92,8 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
     };
     if (plan.compute == flash::Compute::kF32Amx)
       run(std::integral_constant<int, 3>{});
+    else if (plan.compute == flash::Compute::kF16Amx)
+      run(std::integral_constant<int, 2>{});
     else
       run(std::integral_constant<int, 1>{});
   } else
@@ -150,7 +153,8 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
       run_small_backward<OpsF32>(p, plan, out_kind, ws);
   } else
 #if defined(OP_AVX512_BF16)
-  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx) {
+  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx ||
+      plan.compute == flash::Compute::kF16Amx) {
     auto run = [&](auto parts) {
       {
         OP_PROFILE_SCOPE(kPack);
@@ -164,6 +168,8 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
     };
     if (plan.compute == flash::Compute::kF32Amx)
       run(std::integral_constant<int, 3>{});
+    else if (plan.compute == flash::Compute::kF16Amx)
+      run(std::integral_constant<int, 2>{});
     else
       run(std::integral_constant<int, 1>{});
     OP_PROFILE_SCOPE(kReduce);

@@ -110,12 +110,21 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->compute = Compute::kBf16Amx;
   // float32 inputs likewise, every operand in three bf16 parts: six tile GEMMs per GEMM, float32's
   // accuracy, and still faster than float FMAs (docs/decisions.md).
-  if (plan->compute == Compute::kF32 && !plan->convert_in_tasks && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ)
-    plan->compute = Compute::kF32Amx;
-  const bool amx = plan->compute == Compute::kBf16Amx || plan->compute == Compute::kF32Amx;
-  const int64_t parts = plan->compute == Compute::kF32Amx ? 3 : 1;  // bf16 parts of an operand
+  // float16 in two parts: exact, three tile GEMMs per GEMM.
+  if (plan->compute == Compute::kF32 && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ) {
+    if (!plan->convert_in_tasks) {
+      plan->compute = Compute::kF32Amx;
+    } else if (p.dtype == OP_DT_FLOAT16) {
+      plan->compute = Compute::kF16Amx;
+      plan->convert_in_tasks = false;
+    }
+  }
+  const bool amx = plan->compute == Compute::kBf16Amx || plan->compute == Compute::kF32Amx ||
+                   plan->compute == Compute::kF16Amx;
+  // bf16 parts of an operand
+  const int64_t parts = plan->compute == Compute::kF32Amx ? 3 : plan->compute == Compute::kF16Amx ? 2 : 1;
   if (amx) {
-    plan->amx_block_q = bwd ? kAmxBwdBlockQ : parts == 3 ? kAmxF32BlockQ : kAmxBlockQ;
+    plan->amx_block_q = bwd ? kAmxBwdBlockQ : parts > 1 ? kAmxPartsBlockQ : kAmxBlockQ;
     plan->amx_block_kv = bwd ? kAmxBwdBlockKV : kAmxBlockKV;
   }
   const int64_t block_q = amx ? plan->amx_block_q : kBlockQ, block_kv = amx ? plan->amx_block_kv : kBlockKV;

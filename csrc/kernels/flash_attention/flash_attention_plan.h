@@ -17,6 +17,7 @@ enum class Compute : int32_t {
   kF64 = 2,        // double operands and accumulation
   kBf16Amx = 3,    // bf16 operands in AMX tile layouts (flash_attention_amx_forward.h)
   kF32Amx = 4,     // float operands as three bf16 parts in AMX tile layouts (amx::kSplitPairs)
+  kF16Amx = 5,     // float16 operands as two bf16 parts in AMX tile layouts (amx::kSplitPairs2)
 };
 
 // AMX-BF16 dataflow (kBf16Amx): query rows per task and keys per block (multiples of 32: strips
@@ -26,10 +27,10 @@ enum class Compute : int32_t {
 // reductions, the rescale of its O row) is amortised over twice the keys.
 constexpr int64_t kAmxBlockQ = 64;
 constexpr int64_t kAmxBlockKV = 512;
-// float32 in three bf16 parts (kF32Amx): a head's K and V panels take 3 MB at S=2048 D=128, more
-// than L2, so each task streams them from L3; 256 rows per task (4 strips reading each key block
-// from L2) measured 1.08x faster than 64, and 512 no faster than 256 (docs/decisions.md).
-constexpr int64_t kAmxF32BlockQ = 256;
+// Operands in parts (kF32Amx, kF16Amx): a head's K and V panels take 3 MB (float32, S=2048
+// D=128), more than L2, so each task streams them from L3; 256 rows per task (4 strips reading
+// each key block from L2) measured 1.08x faster than 64, and 512 no faster (docs/decisions.md).
+constexpr int64_t kAmxPartsBlockQ = 256;
 // Row strides of the score (fp32) and P (bf16) blocks for a key block of bkv keys, off powers of
 // two so that the 16 rows of a tile do not share a few L1 sets.
 constexpr int64_t amx_ld_scores(int64_t bkv) { return bkv + 16; }
