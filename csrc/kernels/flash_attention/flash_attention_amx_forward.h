@@ -16,8 +16,8 @@
 // and the tile configuration is loaded once per task (amx::TileScope). A strip's softmax runs
 // interleaved with the next strip's S = Q K^T, which the core overlaps (software pipelining; bf16
 // only: float inputs in parts measured faster with the softmax first).
-// Per strip the key range stops at the last key a row of the strip can see (causal and window
-// blocks cut short); key blocks outside the window are never visited.
+// Per strip the key range starts at the first key and stops at the last key a row of the strip
+// can see (causal and window blocks cut short); key blocks outside the window are never visited.
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -206,9 +206,12 @@ struct AmxForward {
     for (int64_t j0 = jlo; j0 <= jhi; j0 += Bc) {
       for (int64_t r0 = 0; r0 < rows; r0 += 32) {
         const int64_t srows = imin(32, rows - r0);
-        const int64_t vis = imin(j0 + Bc, w.hi(i0 + r0 + srows - 1) + 1) - j0;
-        if (vis <= 0 || w.lo(i0 + r0) >= j0 + Bc) continue;
-        const Item it{j0, r0, srows, (srows + 15) / 16 * 16, pad32(vis), s + half * 32 * kLdS};
+        // the strip's keys in this block: from its first row's window start (a window's later
+        // strips see less of the task's first block) to its last row's end
+        const int64_t js = imax(j0, w.lo(i0 + r0) & ~int64_t(31));
+        const int64_t vis = imin(j0 + Bc, w.hi(i0 + r0 + srows - 1) + 1) - js;
+        if (vis <= 0) continue;
+        const Item it{js, r0, srows, (srows + 15) / 16 * 16, pad32(vis), s + half * 32 * kLdS};
         half ^= 1;
         if (!has_pending) {
           OP_PROFILE_SCOPE(kGemm);
