@@ -87,7 +87,7 @@ static void check(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumula
 
 // float operands in three bf16 parts (gemm_parts<.., 3>, the packers' _split variants): the six
 // kept products must give float32's accuracy. A bf16x3 (two parts) or a dropped pair is off by
-// about 2^-16 of the products' magnitude, 15 times the tolerance here. float16 operands in two
+// about 2^-16 of the products' magnitude, 7 times the tolerance here. float16 operands in two
 // parts (kParts 2): every product exact, so float32 accumulation only, as for three parts.
 template <int kParts>
 static void check_parts(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumulate, bool transposed,
@@ -141,10 +141,11 @@ static void check_parts(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool ac
       const double c0 = C0[m * ldc + n];
       if (n >= Np) ref = c0;
       else if (accumulate) ref += c0;
-      // float32 accumulation of 6 K products: the worst seen is 3e-7 of the magnitude (5 ulps), as
-      // for any float32 dot product of this length
+      // float32 accumulation of 4-6 K products: the worst seen is 3e-7 of the magnitude on the
+      // tiles and 1.3e-6 under the software tiles (OP_PLUGIN_AMX_EMULATE, which sums in another
+      // order), as for any float32 dot product of this length
       const double scale = mag + std::fabs(c0);
-      const double tol = n >= Np ? 0.0 : 1e-6 * scale;
+      const double tol = n >= Np ? 0.0 : 2e-6 * scale;
       const double err = std::fabs(C[m * ldc + n] - ref);
       if (!(err <= tol)) ++bad;
       if (scale > 0) worst = std::fmax(worst, err / scale);

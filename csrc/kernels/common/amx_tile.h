@@ -72,7 +72,7 @@ inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
 // float32 on bf16 tiles (Henry, Tang, Heinecke, "Leveraging the bfloat16 Artificial Intelligence
 // Datatype For Higher-Precision Computations", 2019: "bf16x6"). A float x is exactly the sum of
 // three bf16 parts x0 + x1 + x2, each the round-to-nearest of what the earlier ones leave
-// (split3: 8 + 8 + 8 significant bits cover float's 24). Of the nine products of parts in x * y,
+// (split<3>: 8 + 8 + 8 significant bits cover float's 24). Of the nine products of parts in x * y,
 // the six with i + j <= 2 are kept; the three dropped ones sum to at most about 2^-24 |x y|, one
 // float ulp, so a GEMM over the parts, accumulated in fp32 by the tiles, keeps float32's accuracy
 // at six tile GEMMs' cost (against float FMAs, tiles do about 12 times the work per cycle).
@@ -289,12 +289,12 @@ inline void pack_b_rows(const uint16_t* X, int64_t ld, int64_t k, int64_t n, uin
 // bf16 values (as from _mm512_cvtneps_pbh) widened to the floats they are.
 inline __m512 bf16_to_float(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
-// The kParts bf16 parts of 16 floats (see kSplitPairs): their sum is x exactly for a float16 x in
-// two parts and for any float in three (vcvtneps2bf16 flushes parts below 2^-126 to zero, 1e-38).
 // The input element type of kParts parts: float16 in two, float in three.
 template <int kParts>
 using PartsInput = std::conditional_t<kParts == 2, Half, float>;
 
+// The kParts bf16 parts of 16 floats (see kSplitPairs): their sum is x exactly for a float16 x in
+// two parts and for any float in three (vcvtneps2bf16 flushes parts below 2^-126 to zero, 1e-38).
 template <int kParts>
 struct Parts16 {
   __m256i part[kParts];
