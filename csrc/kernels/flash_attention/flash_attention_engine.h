@@ -31,6 +31,23 @@ namespace op_plugin {
 namespace OP_ISA_NS {
 namespace fa {
 
+#if defined(OP_AVX512_BF16)
+// The AMX dataflow's compute kinds, and the bf16 parts of each operand they use as a compile-time
+// constant: 1 for bf16, 2 for float16, 3 for float (amx::kSplitPairs).
+inline bool amx_compute(flash::Compute c) {
+  return c == flash::Compute::kBf16Amx || c == flash::Compute::kF32Amx || c == flash::Compute::kF16Amx;
+}
+template <class F>
+void with_amx_parts(flash::Compute c, F&& f) {
+  if (c == flash::Compute::kF32Amx)
+    f(std::integral_constant<int, 3>{});
+  else if (c == flash::Compute::kF16Amx)
+    f(std::integral_constant<int, 2>{});
+  else
+    f(std::integral_constant<int, 1>{});
+}
+#endif
+
 template <class Ops>
 void run_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
   with_features(p, [&](auto feat) {
@@ -77,9 +94,8 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
       run_small_forward<OpsF32>(p, plan, ws, out_kind);
   } else
 #if defined(OP_AVX512_BF16)
-  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx ||
-      plan.compute == flash::Compute::kF16Amx) {
-    auto run = [&](auto parts) {
+  if (amx_compute(plan.compute)) {
+    with_amx_parts(plan.compute, [&](auto parts) {
       {
         OP_PROFILE_SCOPE(kPack);
         stage_amx_panels<decltype(parts)::value>(p, plan, ws);
@@ -89,13 +105,7 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
           AmxForward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, ws, out_kind, t, slot);
         });
       });
-    };
-    if (plan.compute == flash::Compute::kF32Amx)
-      run(std::integral_constant<int, 3>{});
-    else if (plan.compute == flash::Compute::kF16Amx)
-      run(std::integral_constant<int, 2>{});
-    else
-      run(std::integral_constant<int, 1>{});
+    });
   } else
 #endif
   if (plan.compute == flash::Compute::kF64)
@@ -153,9 +163,8 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
       run_small_backward<OpsF32>(p, plan, out_kind, ws);
   } else
 #if defined(OP_AVX512_BF16)
-  if (plan.compute == flash::Compute::kBf16Amx || plan.compute == flash::Compute::kF32Amx ||
-      plan.compute == flash::Compute::kF16Amx) {
-    auto run = [&](auto parts) {
+  if (amx_compute(plan.compute)) {
+    with_amx_parts(plan.compute, [&](auto parts) {
       {
         OP_PROFILE_SCOPE(kPack);
         stage_amx_backward<decltype(parts)::value>(p, plan, ws);
@@ -165,13 +174,7 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
           AmxBackward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, out_kind, ws, t, slot);
         });
       });
-    };
-    if (plan.compute == flash::Compute::kF32Amx)
-      run(std::integral_constant<int, 3>{});
-    else if (plan.compute == flash::Compute::kF16Amx)
-      run(std::integral_constant<int, 2>{});
-    else
-      run(std::integral_constant<int, 1>{});
+    });
     OP_PROFILE_SCOPE(kReduce);
     if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
     if (plan.bwd_chunks > 1) Backward<OpsBf16>::reduce_dq(p, plan, out_kind, ws);
