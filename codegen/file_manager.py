@@ -73,7 +73,10 @@ class FileManager:
             self.stale.append(relpath)
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
+        # one temporary name per process: pytest-xdist's workers each import the generated tests
+        # module, so two processes may write the same (identical) file at once, and with a shared
+        # name one's os.replace found the other's temporary gone (a CI collection error, 2026-12-05)
+        tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
