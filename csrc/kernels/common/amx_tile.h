@@ -261,15 +261,24 @@ inline void pack_b_transposed(const uint16_t* X, int64_t ld, int64_t n, int64_t 
   }
 }
 
+// Pair row of two rows a, b of 32 bf16 values (columns c0 .. c0 + 31, cn of them valid): columns
+// 0-15 interleaved (a0 b0 a1 b1 ...) at d, columns 16-31 at d + ldp (the next panel) if cn > 16.
+inline void store_pair_row(uint16_t* d, int64_t ldp, __m512i a, __m512i b, int64_t cn) {
+  const __m512i idx_lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                                           0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                                           0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+  _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a, idx_lo, b));
+  if (cn > 16) {
+    const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+    _mm512_storeu_si512(d + ldp, _mm512_permutex2var_epi16(a, idx_hi, b));
+  }
+}
+
 // B panels of a row-major bf16 X (k rows of n values, row stride ld elements), i.e. B(k, n) =
 // X[k][n]: pair row r of panel p interleaves rows 2r and 2r+1, columns 16p..16p+15. Panel stride
 // ldp elements (>= 32 * pair rows); pair rows up to kpad / 2 are written, zero past k rows; columns
 // past n are zero up to the next multiple of 16.
 inline void pack_b_rows(const uint16_t* X, int64_t ld, int64_t k, int64_t n, uint16_t* dst, int64_t ldp, int64_t kpad) {
-  const __m512i idx_lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
-                                           0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
-                                           0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
-  const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
   for (int64_t r = 0; r < kpad / 2; ++r) {
     const int64_t k0 = 2 * r;
     for (int64_t c0 = 0; c0 < n; c0 += 32) {
@@ -277,9 +286,7 @@ inline void pack_b_rows(const uint16_t* X, int64_t ld, int64_t k, int64_t n, uin
       const __mmask32 m = static_cast<__mmask32>(cn >= 32 ? 0xffffffffu : (1u << cn) - 1u);
       const __m512i a = k0 < k ? _mm512_maskz_loadu_epi16(m, X + k0 * ld + c0) : _mm512_setzero_si512();
       const __m512i b = k0 + 1 < k ? _mm512_maskz_loadu_epi16(m, X + (k0 + 1) * ld + c0) : _mm512_setzero_si512();
-      uint16_t* d = dst + (c0 / 16) * ldp + 32 * r;
-      _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a, idx_lo, b));
-      if (cn > 16) _mm512_storeu_si512(d + ldp, _mm512_permutex2var_epi16(a, idx_hi, b));
+      store_pair_row(dst + (c0 / 16) * ldp + 32 * r, ldp, a, b, cn);
     }
   }
 }
@@ -357,10 +364,6 @@ void pack_b_transposed_split(const T* X, int64_t ld, int64_t n, int64_t k, uint1
 template <int kParts, class T>
 void pack_b_rows_split(const T* X, int64_t ld, int64_t k, int64_t n, uint16_t* dst, int64_t ldp, int64_t kpad,
                        int64_t part) {
-  const __m512i idx_lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
-                                           0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
-                                           0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
-  const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
   auto row_parts = [&](int64_t row, int64_t c0, __m512i out[kParts]) {  // 32 values of a row, in parts
     Parts16<kParts> lo{}, hi{};
     if (row < k) {
@@ -375,11 +378,7 @@ void pack_b_rows_split(const T* X, int64_t ld, int64_t k, int64_t n, uint16_t* d
       __m512i a[kParts], b[kParts];
       row_parts(2 * r, c0, a);
       row_parts(2 * r + 1, c0, b);
-      for (int i = 0; i < kParts; ++i) {
-        uint16_t* d = dst + i * part + (c0 / 16) * ldp + 32 * r;
-        _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a[i], idx_lo, b[i]));
-        if (n - c0 > 16) _mm512_storeu_si512(d + ldp, _mm512_permutex2var_epi16(a[i], idx_hi, b[i]));
-      }
+      for (int i = 0; i < kParts; ++i) store_pair_row(dst + i * part + (c0 / 16) * ldp + 32 * r, ldp, a[i], b[i], n - c0);
     }
   }
 }
