@@ -4,8 +4,8 @@
 // flags). At the native level on a CPU with AMX this runs the tile kernel of gemm_amx.h; at
 // OP_PLUGIN_ISA=avx512_bf16 the vdpbf16ps micro-kernel. Every shape has tails in M, N and K
 // pairs, A comes row-major (pairs contiguous along k: the tile kernel loads it in place when there
-// are no tails) and transposed (copied), and every mode is checked, including the padded columns
-// the contract says are written.
+// are no tails) and transposed (copied through 16 x 16 transposes of pairs), and every mode is
+// checked, including the padded columns the contract says are written.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
