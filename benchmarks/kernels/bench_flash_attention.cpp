@@ -84,6 +84,14 @@ void start(int n) {
 const opParallelBackend backend{max_threads, thread_num, parallel_for};
 }  // namespace pool
 
+// Reports a failed stage 1 and leaves at once: the pool's workers are detached and wait on its
+// condition variable, whose static destructor would wait for them forever at exit.
+[[noreturn]] static void fail(const char* what, const char* message) {
+  std::fprintf(stderr, "%s error: %s\n", what, message);
+  std::fflush(nullptr);
+  std::_Exit(1);
+}
+
 struct T4 {
   std::vector<unsigned char> mem;
   opTensor t{};
@@ -168,7 +176,7 @@ static void run(const Shape& s) {
   std::vector<unsigned char> ws;
   // swa: softmax_max / softmax_sum [B, N, S, 8], the 2048x2048 template mask of sparse_mode 4
   T4 smax(OP_DT_FLOAT, {s.B, s.N, s.S, 8}), ssum(OP_DT_FLOAT, {s.B, s.N, s.S, 8}), sout(s.dt, {0});
-  T4 tmpl(OP_DT_BOOL, {2048, 2048}), none(OP_DT_FLOAT, {0});
+  T4 tmpl(OP_DT_BOOL, {2048, 2048}), none(s.dt, {0}), none_f32(OP_DT_FLOAT, {0});  // absent dpse (inputs' dtype), dsink (float32)
   T4 full(OP_DT_BOOL, {1, 1, s.swa && s.mode == 0 ? s.S : 1, s.swa && s.mode == 0 ? s.S : 1});
   for (int64_t i = 0; i < full.t.shape[2]; ++i)
     for (int64_t j = 0; j < full.t.shape[3]; ++j) static_cast<uint8_t*>(full.t.data)[i * full.t.shape[3] + j] = j > i;
@@ -185,7 +193,7 @@ static void run(const Shape& s) {
                                              false, "",
                                              nullptr, 1234, 0, &out.t, &smax.t, &ssum.t, &sout.t, &seed, &offset,
                                              &numels, &n, &ex);
-    if (st != OP_SUCCESS) { std::printf("swa fwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+    if (st != OP_SUCCESS) fail("swa fwd", opGetLastErrorMessage());
     if (ws.size() < n) ws.resize(n);
     SwaForward(ws.data(), n, ex, nullptr);
   };
@@ -197,8 +205,8 @@ static void run(const Shape& s) {
                                               &smax.t, &ssum.t, nullptr, &out.t, scale, s.keep_prob, s.wl, s.wr, 0,
                                               seed, offset, numels, nullptr, nullptr, nullptr, sparse_mode, true,
                                               false, "",
-                                              nullptr, &dq.t, &dk.t, &dv.t, s.pse ? &dpse.t : &none.t, &none.t, &n, &ex);
-    if (st != OP_SUCCESS) { std::printf("swa bwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+                                              nullptr, &dq.t, &dk.t, &dv.t, s.pse ? &dpse.t : &none.t, &none_f32.t, &n, &ex);
+    if (st != OP_SUCCESS) fail("swa bwd", opGetLastErrorMessage());
     if (ws.size() < n) ws.resize(n);
     SwaBackward(ws.data(), n, ex, nullptr);
   };
@@ -208,7 +216,7 @@ static void run(const Shape& s) {
     opStatus st = FlashAttnGetWorkspaceSize(&q.t, &k.t, &v.t, nullptr, cuq, cuq, nullptr, nullptr, nullptr, m,
                                             nullptr, scale, s.mode, s.wl, s.wr, -1, -1, layout, layout, layout, true,
                                             &out.t, &lse.t, &n, &ex);
-    if (st != OP_SUCCESS) { std::printf("fwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+    if (st != OP_SUCCESS) fail("fwd", opGetLastErrorMessage());
     if (ws.size() < n) ws.resize(n);
     FlashAttn(ws.data(), n, ex, nullptr);
   };
@@ -218,7 +226,7 @@ static void run(const Shape& s) {
     opStatus st = FlashAttnGradGetWorkspaceSize(&q.t, &k.t, &v.t, &dout.t, &out.t, &lse.t, cuq, cuq, nullptr,
                                                 nullptr, nullptr, m, nullptr, scale, s.mode, s.wl, s.wr, -1, -1,
                                                 layout, layout, layout, &dq.t, &dk.t, &dv.t, &n, &ex);
-    if (st != OP_SUCCESS) { std::printf("bwd error %s\n", opGetLastErrorMessage()); std::exit(1); }
+    if (st != OP_SUCCESS) fail("bwd", opGetLastErrorMessage());
     if (ws.size() < n) ws.resize(n);
     FlashAttnGrad(ws.data(), n, ex, nullptr);
   };
