@@ -131,7 +131,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   const int64_t parts = plan->compute == Compute::kF32Amx ? 3 : plan->compute == Compute::kF16Amx ? 2 : 1;
   if (amx) {
     plan->amx_block_q = bwd ? kAmxBwdBlockQ : parts > 1 ? kAmxPartsBlockQ : kAmxBlockQ;
-    plan->amx_block_kv = bwd ? kAmxBwdBlockKV : kAmxBlockKV;
+    plan->amx_block_kv = !bwd ? kAmxBlockKV : parts == 1 && !sliding ? kAmxBwdBlockKVBf16 : kAmxBwdBlockKV;
   }
   const int64_t block_q = amx ? plan->amx_block_q : kBlockQ, block_kv = amx ? plan->amx_block_kv : kBlockKV;
   std::vector<Task>* tasks = &storage->tasks;

@@ -40,6 +40,12 @@ constexpr int64_t amx_ld_p(int64_t bkv) { return bkv + 32; }
 // each fp32 accumulator tile loaded and stored again meets 4 steps of 32.
 constexpr int64_t kAmxBwdBlockQ = 128;
 constexpr int64_t kAmxBwdBlockKV = 128;
+// bf16 without a sliding window: 256 keys, so that dQ^T's accumulators meet 8 steps per load and
+// store (they live in L2, whose bandwidth bounds these GEMMs). One thread, B=1 N=8 S=2048 D=128:
+// dense 53.7 -> 48.7 ms (medians of five alternations), causal unchanged; slower under a window
+// of 512 (more of each block falls outside the band: S=8192 D=64 48 -> 53-58 ms) and for the
+// float32 parts (220-232 -> 230-249 ms), float16 parts within noise.
+constexpr int64_t kAmxBwdBlockKVBf16 = 256;
 // Below this many query rows (decode) the tiles would idle: the vector path runs instead.
 constexpr int64_t kAmxMinRowsQ = 16;
 // Rows of a sequence in the backward's packed operands: a multiple of 32 for the tiles, and one
