@@ -16,8 +16,9 @@
 // dK / dV accumulate in fp32 blocks of the task over all strips, dQ^T in an fp32 [D][Sq] block of
 // the task over all its key blocks, transposed into rows (16 x 16 blocks) at the end. The Q / dO
 // operands of every (b, query head) and the K / V operands of every (b, kv head) are packed once
-// per call by stage_amx_backward, in parallel, so tasks only run GEMMs and the elementwise step
-// (K and V rows that need no padding are read from the inputs in place).
+// by stage_amx_backward, in parallel, a wave of heads at a time (Plan::amx_wave_kv), so tasks only
+// run GEMMs and the elementwise step (K and V rows that need no padding are read from the inputs
+// in place).
 // GQA partials, key-chunk dQ partials and the swa features work as in the vector backward (and
 // reuse its reductions).
 #pragma once
@@ -72,10 +73,16 @@ struct AmxBwdQ {  // one (b, query head)
   int64_t qtpart, dotpart, qppart, doppart;
 };
 
+// The wave slot of (b, kv head h) (Plan::amx_wave_kv); its query heads take the query slots
+// slot * group + n % group.
+inline int64_t amx_kv_slot(const FlashAttnBwdParams& p, const Plan& plan, int64_t b, int64_t h) {
+  return (b * p.heads_kv + h) % plan.amx_wave_kv;
+}
+
 template <int kParts>
 AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t h) {
   const char* base = static_cast<const char*>(ws);
-  const int64_t row0 = h * plan.bkv_rows + plan.bkv_row0[b];
+  const int64_t row0 = amx_kv_slot(p, plan, b, h) * plan.bkv_rows;
   AmxBwdKv a;
   const int64_t skv = p.seqlen_kv[b];
   a.ld = flash::amx_rows(skv);
@@ -83,7 +90,7 @@ AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* w
   a.va = reinterpret_cast<const uint16_t*>(base + plan.bkv_v_offset) + row0 * pad32(p.head_dim_v);
   a.lda_k = pad32(p.head_dim);
   a.lda_v = pad32(p.head_dim_v);
-  const int64_t rows = p.heads_kv * plan.bkv_rows;
+  const int64_t rows = plan.amx_wave_kv * plan.bkv_rows;
   a.kapart = rows * pad32(p.head_dim);
   a.vapart = rows * pad32(p.head_dim_v);
   a.ktpart = rows * pad16(p.head_dim);
@@ -108,7 +115,7 @@ AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* w
 
 inline AmxBwdQ amx_bwd_q(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t n) {
   const char* base = static_cast<const char*>(ws);
-  const int64_t row0 = n * plan.bq_rows + plan.bq_row0[b];
+  const int64_t row0 = (amx_kv_slot(p, plan, b, n / p.group) * p.group + n % p.group) * plan.bq_rows;
   AmxBwdQ a;
   a.ld = flash::amx_rows(p.seqlen_q[b]);
   a.qt = reinterpret_cast<const uint16_t*>(base + plan.bq_qt_offset) + row0 * pad32(p.head_dim);
@@ -117,7 +124,7 @@ inline AmxBwdQ amx_bwd_q(const FlashAttnBwdParams& p, const Plan& plan, const vo
   a.dop = reinterpret_cast<const uint16_t*>(base + plan.bq_dop_offset) + row0 * pad16(p.head_dim_v);
   a.lse2 = reinterpret_cast<const float*>(base + plan.bq_lse_offset) + row0;
   a.delta = reinterpret_cast<const float*>(base + plan.bq_delta_offset) + row0;
-  const int64_t rows = p.heads_q * plan.bq_rows;
+  const int64_t rows = plan.amx_wave_kv * p.group * plan.bq_rows;
   a.qtpart = rows * pad32(p.head_dim);
   a.dotpart = rows * pad32(p.head_dim_v);
   a.qppart = rows * pad16(p.head_dim);
@@ -217,20 +224,21 @@ void stage_amx_kv_parts(const FlashAttnBwdParams& p, const AmxBwdKv& a, int64_t 
   }
 }
 
-// Packs the backward's operands (see AmxBwdKv / AmxBwdQ) for every (b, kv head) and every
-// (b, query head), in parallel; lse2 and Delta of every query row. kParts 2 / 3: float16 / float
-// inputs, every operand in its bf16 parts.
+// Packs the backward's operands (see AmxBwdKv / AmxBwdQ) of wave `wave`'s (b, kv head) items
+// and of their query heads, in parallel; lse2 and Delta of those heads' query rows. kParts 2 / 3:
+// float16 / float inputs, every operand in its bf16 parts.
 template <int kParts>
-void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws) {
+void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws, int64_t wave) {
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   const int64_t Dpad = pad32(D), Dvpad = pad32(Dv), Dp = pad16(D), Dvp = pad16(Dv);
-  const int64_t kv_items = p.batch * p.heads_kv, q_items = p.batch * p.heads_q;
+  const int64_t first = wave * plan.amx_wave_kv;
+  const int64_t kv_items = imin(plan.amx_wave_kv, p.batch * p.heads_kv - first), q_items = kv_items * p.group;
   LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
   LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
   op_plugin::parallel_for(0, kv_items + q_items, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; ++it) {
       if (it < kv_items) {
-        const int64_t b = it / p.heads_kv, h = it % p.heads_kv;
+        const int64_t b = (first + it) / p.heads_kv, h = (first + it) % p.heads_kv;
         const AmxBwdKv a = amx_bwd_kv<kParts>(p, plan, ws, b, h);
         const int64_t skv = p.seqlen_kv[b];
         const int64_t k_off = b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride;
@@ -247,7 +255,8 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws)
         transpose_bf16_padded(k, p.k_row_stride, skv, D, const_cast<uint16_t*>(a.kt), a.ld, a.ld, Dp);
         continue;
       }
-      const int64_t b = (it - kv_items) / p.heads_q, n = (it - kv_items) % p.heads_q;
+      const int64_t kv = first + (it - kv_items) / p.group;  // query heads of the wave's kv items
+      const int64_t b = kv / p.heads_kv, n = (kv % p.heads_kv) * p.group + (it - kv_items) % p.group;
       const AmxBwdQ a = amx_bwd_q(p, plan, ws, b, n);
       const int64_t sq = p.seqlen_q[b];
       const int64_t q_off = b * p.q_batch_stride + p.q_start[b] * p.q_row_stride + n * p.q_head_stride;

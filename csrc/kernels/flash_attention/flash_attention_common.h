@@ -132,19 +132,21 @@ struct Carve {
   }
 };
 
-// Runs body(task, slot_base) over the plan's tasks, longest first, from a shared counter: the
-// schedule varies with the thread count, the arithmetic of a task does not.
+// Runs body(task, slot_base) over the plan's tasks [begin, end) (all of them by default), in
+// their order (longest first), from a shared counter: the schedule varies with the thread count,
+// the arithmetic of a task does not.
 template <class Body>
-inline void run_tasks(const Plan& plan, void* workspace, const Body& body) {
-  int64_t next = 0;
+inline void run_tasks(const Plan& plan, void* workspace, const Body& body, int64_t begin = 0, int64_t end = -1) {
+  if (end < 0) end = plan.num_tasks;
+  int64_t next = begin;
   int64_t* counter = &next;
-  const int64_t slots = plan.slots;
+  const int64_t slots = imin(plan.slots, end - begin);
   op_plugin::parallel_for(0, slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       char* base = static_cast<char*>(workspace) + plan.slot_offset + static_cast<uint64_t>(s) * plan.slot_bytes;
       for (;;) {
         const int64_t t = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
-        if (t >= plan.num_tasks) break;
+        if (t >= end) break;
         body(plan.tasks[t], base);
       }
     }

@@ -112,17 +112,20 @@ struct Plan {
   uint64_t kpanel_offset = 0, vpanel_offset = 0;
   int64_t panel_rows = 0;
   const int64_t* panel_row0 = nullptr;
-  // Backward, AMX: the operands packed once per call (flash_attention_amx_backward.h). Per
-  // (b, kv head), amx_rows(seqlen_kv[b]) rows from row bkv_row0[b] of [N2][bkv_rows]: K rows
-  // (pad32(D) wide), V rows (pad32(Dv)), K^T (pad16(D) rows of the sequence's keys). Per (b, query
-  // head), amx_rows(seqlen_q[b]) rows from bq_row0[b] of [N1][bq_rows]: Q^T and dO^T panels, Q and
-  // dO pair panels, lse * log2(e) and Delta (fp32). amx_dq_ld: the row stride of a task's dQ^T.
+  // Backward, AMX: the operands packed per wave (flash_attention_amx_backward.h). The (b, kv
+  // head) items run in waves of amx_wave_kv items, item i in slot i % amx_wave_kv: each wave packs
+  // its items' operands into the slots, then runs their tasks (tasks[wave_task0[w] ..
+  // wave_task0[w + 1])), so the packed operands take amx_wave_kv heads' worth of memory, not the
+  // call's. Per kv slot, bkv_rows rows (amx_rows of the longest key sequence) of K rows
+  // (pad32(D) wide), V rows (pad32(Dv)), K^T (pad16(D) rows of bkv_rows keys); per query slot
+  // (kv slot * group + n % group), bq_rows rows of Q^T and dO^T panels, Q and dO pair panels,
+  // lse * log2(e) and Delta (fp32). amx_dq_ld: the row stride of a task's dQ^T.
   uint64_t bkv_k_offset = 0, bkv_v_offset = 0, bkv_kt_offset = 0;
   uint64_t bq_qt_offset = 0, bq_dot_offset = 0, bq_qp_offset = 0, bq_dop_offset = 0;
   uint64_t bq_lse_offset = 0, bq_delta_offset = 0;
   int64_t bkv_rows = 0, bq_rows = 0, amx_dq_ld = 0;
-  const int64_t* bkv_row0 = nullptr;
-  const int64_t* bq_row0 = nullptr;
+  int64_t amx_wave_kv = 1, num_waves = 1;
+  const int64_t* wave_task0 = nullptr;
   // Backward key chunks: the key tiles of a head are split into `bwd_chunks` contiguous ranges
   // (a function of the shapes only, never of the thread count). With more than one chunk each
   // chunk writes a dQ partial, [chunk][q row][N1][Dp], summed in chunk order afterwards.
@@ -158,7 +161,7 @@ struct PlanStorage {
   std::vector<Task> tasks;
   std::vector<int64_t> vpair_row0;
   std::vector<int64_t> panel_row0;
-  std::vector<int64_t> bkv_row0, bq_row0;
+  std::vector<int64_t> wave_task0;
 };
 
 // Builds the task list and workspace layout. `bwd` selects the backward plan; `numel` are the
