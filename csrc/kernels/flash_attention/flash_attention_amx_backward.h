@@ -73,12 +73,6 @@ struct AmxBwdQ {  // one (b, query head)
   int64_t qtpart, dotpart, qppart, doppart;
 };
 
-// The wave slot of (b, kv head h) (Plan::amx_wave_kv); its query heads take the query slots
-// slot * group + n % group.
-inline int64_t amx_kv_slot(const FlashAttnBwdParams& p, const Plan& plan, int64_t b, int64_t h) {
-  return (b * p.heads_kv + h) % plan.amx_wave_kv;
-}
-
 template <int kParts>
 AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t h) {
   const char* base = static_cast<const char*>(ws);
@@ -115,6 +109,7 @@ AmxBwdKv amx_bwd_kv(const FlashAttnBwdParams& p, const Plan& plan, const void* w
 
 inline AmxBwdQ amx_bwd_q(const FlashAttnBwdParams& p, const Plan& plan, const void* ws, int64_t b, int64_t n) {
   const char* base = static_cast<const char*>(ws);
+  // the query heads of kv slot s take the query slots s * group + n % group
   const int64_t row0 = (amx_kv_slot(p, plan, b, n / p.group) * p.group + n % p.group) * plan.bq_rows;
   AmxBwdQ a;
   a.ld = flash::amx_rows(p.seqlen_q[b]);

@@ -48,27 +48,29 @@ inline AmxPanels amx_panels(const FlashAttnFwdParams& p, const Plan& plan, const
   AmxPanels a;
   a.dpad = pad32(p.head_dim);
   const int64_t dvp = pad16(p.head_dim_v);
-  const int64_t row0 = h * plan.panel_rows + plan.panel_row0[b];
+  const int64_t row0 = amx_kv_slot(p, plan, b, h) * plan.panel_rows;
   a.k = reinterpret_cast<const uint16_t*>(static_cast<const char*>(ws) + plan.kpanel_offset) + row0 * a.dpad;
   a.v = reinterpret_cast<const uint16_t*>(static_cast<const char*>(ws) + plan.vpanel_offset) + row0 * dvp;
   a.vld = pad32(p.seqlen_kv[b]) * 16;
-  a.kpart = p.heads_kv * plan.panel_rows * a.dpad;
-  a.vpart = p.heads_kv * plan.panel_rows * dvp;
+  a.kpart = plan.amx_wave_kv * plan.panel_rows * a.dpad;
+  a.vpart = plan.amx_wave_kv * plan.panel_rows * dvp;
   return a;
 }
 
-// Packs K^T and V panels of every (b, kv head) for the actual keys [0, seqlen_kv[b]) (keys past
-// it, padding up to a multiple of 32 included, are zero: their P is 0 and 0 * garbage would not be).
-// kParts 2 / 3: float16 / float inputs, each panel in its bf16 parts.
+// Packs K^T and V panels of wave `wave`'s (b, kv head) items (Plan::amx_wave_kv) for the actual
+// keys [0, seqlen_kv[b]) (keys past it, padding up to a multiple of 32 included, are zero: their
+// P is 0 and 0 * garbage would not be). kParts 2 / 3: float16 / float inputs, each panel in its
+// bf16 parts.
 template <int kParts>
-void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void* ws) {
+void stage_amx_panels(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int64_t wave) {
   constexpr int64_t kChunk = 256;  // keys per work item (a multiple of 32)
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
+  const int64_t first = wave * plan.amx_wave_kv, items = imin(plan.amx_wave_kv, p.batch * p.heads_kv - first);
   int64_t chunks = 0;
   for (int64_t b = 0; b < p.batch; ++b) chunks = imax(chunks, (pad32(p.seqlen_kv[b]) + kChunk - 1) / kChunk);
-  op_plugin::parallel_for(0, p.batch * p.heads_kv * chunks, 1, [&](int64_t i0, int64_t i1) {
+  op_plugin::parallel_for(0, items * chunks, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; ++it) {
-      const int64_t c = it % chunks, h = (it / chunks) % p.heads_kv, b = it / chunks / p.heads_kv;
+      const int64_t c = it % chunks, h = (first + it / chunks) % p.heads_kv, b = (first + it / chunks) / p.heads_kv;
       const int64_t skv = p.seqlen_kv[b], kpad = pad32(skv);
       const int64_t j0 = c * kChunk;
       if (j0 >= kpad) continue;

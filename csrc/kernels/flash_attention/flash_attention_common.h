@@ -132,6 +132,11 @@ struct Carve {
   }
 };
 
+// The wave slot of (b, kv head h) in the AMX dataflow's packed operands (Plan::amx_wave_kv).
+inline int64_t amx_kv_slot(const FlashAttnFwdParams& p, const Plan& plan, int64_t b, int64_t h) {
+  return (b * p.heads_kv + h) % plan.amx_wave_kv;
+}
+
 // Runs body(task, slot_base) over the plan's tasks [begin, end) (all of them by default), in
 // their order (longest first), from a shared counter: the schedule varies with the thread count,
 // the arithmetic of a task does not.
@@ -151,6 +156,15 @@ inline void run_tasks(const Plan& plan, void* workspace, const Body& body, int64
       }
     }
   });
+}
+
+// Runs the AMX dataflow's waves: for each, stage(wave) packs its operands, then its tasks run.
+template <class Stage, class Body>
+inline void run_waves(const Plan& plan, void* workspace, const Stage& stage, const Body& body) {
+  for (int64_t wave = 0; wave < plan.num_waves; ++wave) {
+    stage(wave);
+    run_tasks(plan, workspace, body, plan.wave_task0[wave], plan.wave_task0[wave + 1]);
+  }
 }
 
 // Whether swa's full mask sets every key of query row i's window (the row then has no key).

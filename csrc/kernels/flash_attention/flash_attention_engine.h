@@ -96,14 +96,16 @@ void forward_entry(const FlashAttnFwdParams& p0, const Plan& plan, void* ws_base
 #if defined(OP_AVX512_BF16)
   if (amx_compute(plan.compute)) {
     with_amx_parts(plan.compute, [&](auto parts) {
-      {
-        OP_PROFILE_SCOPE(kPack);
-        stage_amx_panels<decltype(parts)::value>(p, plan, ws);
-      }
       with_features(p, [&](auto feat) {
-        run_tasks(plan, ws, [&](const Task& t, char* slot) {
-          AmxForward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, ws, out_kind, t, slot);
-        });
+        run_waves(
+            plan, ws,
+            [&](int64_t wave) {
+              OP_PROFILE_SCOPE(kPack);
+              stage_amx_panels<decltype(parts)::value>(p, plan, ws, wave);
+            },
+            [&](const Task& t, char* slot) {
+              AmxForward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, ws, out_kind, t, slot);
+            });
       });
     });
   } else
@@ -165,20 +167,17 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
 #if defined(OP_AVX512_BF16)
   if (amx_compute(plan.compute)) {
     with_amx_parts(plan.compute, [&](auto parts) {
-      for (int64_t wave = 0; wave < plan.num_waves; ++wave) {  // pack a wave's heads, run their tasks
-        {
-          OP_PROFILE_SCOPE(kPack);
-          stage_amx_backward<decltype(parts)::value>(p, plan, ws, wave);
-        }
-        with_features(p, [&](auto feat) {
-          run_tasks(
-              plan, ws,
-              [&](const Task& t, char* slot) {
-                AmxBackward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, out_kind, ws, t, slot);
-              },
-              plan.wave_task0[wave], plan.wave_task0[wave + 1]);
-        });
-      }
+      with_features(p, [&](auto feat) {
+        run_waves(
+            plan, ws,
+            [&](int64_t wave) {
+              OP_PROFILE_SCOPE(kPack);
+              stage_amx_backward<decltype(parts)::value>(p, plan, ws, wave);
+            },
+            [&](const Task& t, char* slot) {
+              AmxBackward::task<decltype(feat)::value, decltype(parts)::value>(p, plan, out_kind, ws, t, slot);
+            });
+      });
     });
     OP_PROFILE_SCOPE(kReduce);
     if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);

@@ -51,6 +51,22 @@ int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64
   return total;
 }
 
+// Bytes of one (b, kv head) item's packed operands in the AMX dataflow (the workspace regions
+// below): the forward's K^T and V panels; the backward's K, V, K^T and its query heads' Q^T, dO^T,
+// Q and dO panels, lse2 and Delta.
+int64_t amx_item_bytes(const FlashAttnFwdParams& p, bool bwd, int64_t parts) {
+  int64_t max_skv = 0, max_sq = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    max_skv = std::max(max_skv, p.seqlen_kv[b]);
+    max_sq = std::max(max_sq, p.seqlen_q[b]);
+  }
+  const int64_t D = p.head_dim, Dv = p.head_dim_v, group = std::max<int64_t>(1, p.group);
+  if (!bwd) return parts * pad32(max_skv) * (pad32(D) + pad16(Dv)) * 2;
+  const int64_t kv = amx_rows(max_skv) * (pad32(D) + pad32(Dv) + pad16(D));
+  const int64_t q = amx_rows(max_sq) * (pad32(D) + pad32(Dv) + pad16(D) + pad16(Dv));
+  return parts * (kv + group * q) * 2 + group * amx_rows(max_sq) * 8;
+}
+
 }  // namespace
 
 // Few query rows: tasks (b, n, row) forward and (b, kv head) backward, nothing staged, no
@@ -184,20 +200,29 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
         }
     }
   }
-  // The AMX backward's waves of (b, kv head) items (Plan::amx_wave_kv): enough items that each
+  // The AMX dataflow's waves of (b, kv head) items (Plan::amx_wave_kv): enough items that each
   // wave has a task per thread, which balances when its tasks cost alike (every head of a dense
   // or causal call; TND's heads of one sequence), and the packed operands of the rest of the call
-  // do not sit in memory meanwhile. B=1 N=8 S=2048 D=128, 2 threads: the fwd+bwd step's peak
-  // extra memory went from 121 to 57 MB in float32 (SDPA: 42), 76 to 33 in float16, 42 to 27 in
-  // bf16, and the float32 backward from 124-270 to 113-121 ms (its fresh 91 MB workspace, with
-  // huge pages, faulted in at a varying cost each call). Two tasks per thread: 136-142 ms.
-  constexpr int64_t kBwdWaveTasksPerThread = 1;
+  // do not sit in memory meanwhile; and at least kWaveBytesPerThread of packed operands a thread,
+  // so that many short sequences do not cost a parallel region per item. B=1 N=8 S=2048 D=128,
+  // 2 threads: the fwd+bwd step's peak extra memory went from 121 to 57 MB in float32 (SDPA: 42),
+  // 76 to 33 in float16, 42 to 27 in bf16; the float32 backward from 124-270 to 113-121 ms (its
+  // fresh 91 MB workspace, with huge pages, faulted in at a varying cost each call; two tasks per
+  // thread: 136-142 ms), the bf16 forward from 13.6 to 11.6-12.2 ms dense and from 8.5-14 to
+  // 6.9-7.1 ms causal (each head's panels are used while they are still in cache).
+  constexpr int64_t kWaveTasksPerThread = 1;
+  constexpr int64_t kWaveBytesPerThread = int64_t(2) << 20;
   const int64_t kv_items = std::max<int64_t>(1, p.batch * p.heads_kv);
   const int64_t group = std::max<int64_t>(1, p.heads_q / std::max<int64_t>(1, p.heads_kv));
   plan->amx_wave_kv = kv_items;
-  if (amx && bwd)
-    plan->amx_wave_kv = std::min(kv_items, ceil_div(kBwdWaveTasksPerThread * std::max<int64_t>(1, threads),
-                                                    group * plan->bwd_chunks));
+  if (amx) {
+    // The forward's item has a task per block_q query rows of each of its query heads.
+    const int64_t item_tasks = group * (bwd ? plan->bwd_chunks : std::max<int64_t>(1, ceil_div(p.max_seqlen_q, block_q)));
+    const int64_t nthreads = std::max<int64_t>(1, threads);
+    const int64_t by_tasks = ceil_div(kWaveTasksPerThread * nthreads, item_tasks);
+    const int64_t by_bytes = kWaveBytesPerThread * nthreads / std::max<int64_t>(1, amx_item_bytes(p, bwd, parts));
+    plan->amx_wave_kv = std::min(kv_items, std::max(by_tasks, by_bytes));
+  }
   const int64_t wave_kv = plan->amx_wave_kv;
   const int64_t heads_kv = std::max<int64_t>(1, p.heads_kv);
   auto wave_of = [&](const Task& t) { return (t.b * heads_kv + t.n / group) / wave_kv; };
@@ -327,7 +352,6 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->vpair_offset = layout.reserve(static_cast<uint64_t>(p.heads_kv * rows * 2 * Dvp * 2));
   }
   plan->panel_rows = 0;
-  plan->panel_row0 = nullptr;
   plan->bkv_rows = plan->bq_rows = 0;
   if (amx && bwd) {
     int64_t max_skv = 0, max_sq = 0;
@@ -350,16 +374,12 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->bq_lse_offset = layout.reserve(qr * 4);
     plan->bq_delta_offset = layout.reserve(qr * 4);
   } else if (amx) {
-    storage->panel_row0.assign(static_cast<size_t>(p.batch), 0);
-    int64_t rows = 0;
-    for (int64_t b = 0; b < p.batch; ++b) {
-      storage->panel_row0[b] = rows;
-      rows += pad32(p.seqlen_kv[b]);
-    }
-    plan->panel_rows = rows;
-    plan->panel_row0 = storage->panel_row0.data();
-    plan->kpanel_offset = layout.reserve(static_cast<uint64_t>(parts * p.heads_kv * rows * pad32(D) * 2));
-    plan->vpanel_offset = layout.reserve(static_cast<uint64_t>(parts * p.heads_kv * rows * Dvp * 2));
+    int64_t max_skv = 0;
+    for (int64_t b = 0; b < p.batch; ++b) max_skv = std::max(max_skv, p.seqlen_kv[b]);
+    plan->panel_rows = pad32(max_skv);
+    const uint64_t rows = static_cast<uint64_t>(wave_kv * plan->panel_rows);
+    plan->kpanel_offset = layout.reserve(static_cast<uint64_t>(parts) * rows * pad32(D) * 2);
+    plan->vpanel_offset = layout.reserve(static_cast<uint64_t>(parts) * rows * Dvp * 2);
   }
   plan->dq_rows = 0;
   if (bwd && plan->bwd_chunks > 1) {

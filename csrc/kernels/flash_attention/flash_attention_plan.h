@@ -104,19 +104,19 @@ struct Plan {
   uint64_t vpair_offset = 0;
   int64_t vpair_rows = 0;
   const int64_t* vpair_row0 = nullptr;
-  // Forward, AMX: K^T and V of every (batch, kv head) as tile panels (flash_attention_amx_forward.h):
-  // [N2][panel rows][pad32(D)] and [N2][panel rows][pad16(Dv)] elements, sequence b from panel row
-  // panel_row0[b] on, pad32(seqlen_kv[b]) rows each.
+  // Forward, AMX: K^T and V of the (batch, kv head) items as tile panels
+  // (flash_attention_amx_forward.h), packed a wave at a time as the backward's operands (below):
+  // per slot [panel_rows][pad32(D)] and [panel_rows][pad16(Dv)] elements, panel_rows =
+  // pad32(the longest key sequence).
   int64_t amx_block_q = kAmxBlockQ, amx_block_kv = kAmxBlockKV;  // forward: rows per task, keys per block;
                                                                   // backward: rows per strip, keys per block
   uint64_t kpanel_offset = 0, vpanel_offset = 0;
   int64_t panel_rows = 0;
-  const int64_t* panel_row0 = nullptr;
-  // Backward, AMX: the operands packed per wave (flash_attention_amx_backward.h). The (b, kv
-  // head) items run in waves of amx_wave_kv items, item i in slot i % amx_wave_kv: each wave packs
-  // its items' operands into the slots, then runs their tasks (tasks[wave_task0[w] ..
-  // wave_task0[w + 1])), so the packed operands take amx_wave_kv heads' worth of memory, not the
-  // call's. Per kv slot, bkv_rows rows (amx_rows of the longest key sequence) of K rows
+  // AMX, both directions: the (b, kv head) items run in waves of amx_wave_kv items, item i in
+  // slot i % amx_wave_kv (amx_kv_slot): each wave packs its items' operands into the slots, then
+  // runs their tasks (tasks[wave_task0[w] .. wave_task0[w + 1])), so the packed operands take
+  // amx_wave_kv heads' worth of memory, not the call's.
+  // Backward, AMX: the operands packed per wave (flash_attention_amx_backward.h). Per kv slot, bkv_rows rows (amx_rows of the longest key sequence) of K rows
   // (pad32(D) wide), V rows (pad32(Dv)), K^T (pad16(D) rows of bkv_rows keys); per query slot
   // (kv slot * group + n % group), bq_rows rows of Q^T and dO^T panels, Q and dO pair panels,
   // lse * log2(e) and Delta (fp32). amx_dq_ld: the row stride of a task's dQ^T.
@@ -160,7 +160,6 @@ using op_plugin::align_workspace;
 struct PlanStorage {
   std::vector<Task> tasks;
   std::vector<int64_t> vpair_row0;
-  std::vector<int64_t> panel_row0;
   std::vector<int64_t> wave_task0;
 };
 
