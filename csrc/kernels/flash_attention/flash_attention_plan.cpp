@@ -54,12 +54,15 @@ int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64
 // Bytes of one (b, kv head) item's packed operands in the AMX dataflow (the workspace regions
 // below): the forward's K^T and V panels; the backward's K, V, K^T and its query heads' Q^T, dO^T,
 // Q and dO panels, lse2 and Delta.
+// The longest of the batch's sequences (lens[0 .. batch)).
+int64_t longest(const int64_t* lens, int64_t batch) {
+  int64_t most = 0;
+  for (int64_t b = 0; b < batch; ++b) most = std::max(most, lens[b]);
+  return most;
+}
+
 int64_t amx_item_bytes(const FlashAttnFwdParams& p, bool bwd, int64_t parts) {
-  int64_t max_skv = 0, max_sq = 0;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    max_skv = std::max(max_skv, p.seqlen_kv[b]);
-    max_sq = std::max(max_sq, p.seqlen_q[b]);
-  }
+  const int64_t max_skv = longest(p.seqlen_kv, p.batch), max_sq = longest(p.seqlen_q, p.batch);
   const int64_t D = p.head_dim, Dv = p.head_dim_v, group = std::max<int64_t>(1, p.group);
   if (!bwd) return parts * pad32(max_skv) * (pad32(D) + pad16(Dv)) * 2;
   const int64_t kv = amx_rows(max_skv) * (pad32(D) + pad32(Dv) + pad16(D));
@@ -202,14 +205,12 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   }
   // The AMX dataflow's waves of (b, kv head) items (Plan::amx_wave_kv): enough items that each
   // wave has a task per thread, which balances when its tasks cost alike (every head of a dense
-  // or causal call; TND's heads of one sequence), and the packed operands of the rest of the call
-  // do not sit in memory meanwhile; and at least kWaveBytesPerThread of packed operands a thread,
-  // so that many short sequences do not cost a parallel region per item. B=1 N=8 S=2048 D=128,
-  // 2 threads: the fwd+bwd step's peak extra memory went from 121 to 57 MB in float32 (SDPA: 42),
-  // 76 to 33 in float16, 42 to 27 in bf16; the float32 backward from 124-270 to 113-121 ms (its
-  // fresh 91 MB workspace, with huge pages, faulted in at a varying cost each call; two tasks per
-  // thread: 136-142 ms), the bf16 forward from 13.6 to 11.6-12.2 ms dense and from 8.5-14 to
-  // 6.9-7.1 ms causal (each head's panels are used while they are still in cache).
+  // or causal call; TND's heads of one sequence), while the packed operands of the rest of the
+  // call do not sit in memory; and at least kWaveBytesPerThread of packed operands a thread, so
+  // that many short sequences do not cost a parallel region per item. Measured (docs/decisions.md,
+  // "packs its operands a wave of heads at a time"): float32 fwd+bwd peak extra memory 121 -> 57
+  // MB at B1 N8 S2048 D128, its backward steadier and faster, the bf16 forward 10-20% faster (the
+  // panels are used while in cache); two tasks per thread a wave measured slower.
   constexpr int64_t kWaveTasksPerThread = 1;
   constexpr int64_t kWaveBytesPerThread = int64_t(2) << 20;
   const int64_t kv_items = std::max<int64_t>(1, p.batch * p.heads_kv);
@@ -354,13 +355,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   plan->panel_rows = 0;
   plan->bkv_rows = plan->bq_rows = 0;
   if (amx && bwd) {
-    int64_t max_skv = 0, max_sq = 0;
-    for (int64_t b = 0; b < p.batch; ++b) {
-      max_skv = std::max(max_skv, p.seqlen_kv[b]);
-      max_sq = std::max(max_sq, p.seqlen_q[b]);
-    }
-    plan->bkv_rows = amx_rows(max_skv);
-    plan->bq_rows = amx_rows(max_sq);
+    plan->bkv_rows = amx_rows(longest(p.seqlen_kv, p.batch));
+    plan->bq_rows = amx_rows(longest(p.seqlen_q, p.batch));
     const uint64_t kvr = static_cast<uint64_t>(wave_kv * plan->bkv_rows);
     const uint64_t qr = static_cast<uint64_t>(wave_kv * group * plan->bq_rows);
     const uint64_t pb = static_cast<uint64_t>(parts) * 2;  // bytes of an element in all its parts
@@ -374,9 +370,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->bq_lse_offset = layout.reserve(qr * 4);
     plan->bq_delta_offset = layout.reserve(qr * 4);
   } else if (amx) {
-    int64_t max_skv = 0;
-    for (int64_t b = 0; b < p.batch; ++b) max_skv = std::max(max_skv, p.seqlen_kv[b]);
-    plan->panel_rows = pad32(max_skv);
+    plan->panel_rows = pad32(longest(p.seqlen_kv, p.batch));
     const uint64_t rows = static_cast<uint64_t>(wave_kv * plan->panel_rows);
     plan->kpanel_offset = layout.reserve(static_cast<uint64_t>(parts) * rows * pad32(D) * 2);
     plan->vpanel_offset = layout.reserve(static_cast<uint64_t>(parts) * rows * Dvp * 2);
