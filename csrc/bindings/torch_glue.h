@@ -3,6 +3,7 @@
 // registry's error messages exactly as the Python fakes do.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -35,16 +36,27 @@ using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
 // Stage 2's workspace. One of up to kReusedWorkspaceBytes reuses a buffer kept per thread: a fresh
 // allocation of a few hundred KB per call is mapped and unmapped by malloc, and its page faults
 // cost a decode-size Floyd backward several times its kernel time. Larger ones are allocated per
-// call (a kept buffer of that size would pin the memory for the thread's life). A call finishes
-// with its workspace before it returns and kernels call no op, so one buffer per thread is enough.
+// call (a kept buffer of that size would pin the memory for the thread's life): up to
+// kHeapWorkspaceBytes from malloc, which keeps a freed block of that size on its heap for the next
+// call (glibc's mmap threshold rises to it), above that from torch's allocator. Under
+// THP_MEM_ALLOC_ENABLE torch maps every large block afresh as huge pages, whose faults (zeroing,
+// compaction) made the float32 flash fwd+bwd (a 22 MB backward workspace) take 207-266 ms instead
+// of 163-179; Floyd's 70 MB workspaces are mapped afresh by malloc too, and there the huge pages
+// measured faster. A call finishes with its workspace before it returns and kernels call no op, so
+// one buffer per thread is enough.
 class Workspace {
  public:
   static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{8} << 20;
+  static constexpr uint64_t kHeapWorkspaceBytes = uint64_t{32} << 20;
   explicit Workspace(uint64_t bytes);
   void* data() const { return data_; }
 
  private:
-  at::Tensor large_;  // set only above kReusedWorkspaceBytes
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> heap_;  // set only above kReusedWorkspaceBytes, up to kHeapWorkspaceBytes
+  at::Tensor large_;                  // set only above kHeapWorkspaceBytes
   void* data_ = nullptr;
 };
 
