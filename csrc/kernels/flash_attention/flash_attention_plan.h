@@ -116,10 +116,11 @@ struct Plan {
   // slot i % amx_wave_kv (amx_kv_slot): each wave packs its items' operands into the slots, then
   // runs their tasks (tasks[wave_task0[w] .. wave_task0[w + 1])), so the packed operands take
   // amx_wave_kv heads' worth of memory, not the call's.
-  // Backward, AMX: the operands packed per wave (flash_attention_amx_backward.h). Per kv slot, bkv_rows rows (amx_rows of the longest key sequence) of K rows
-  // (pad32(D) wide), V rows (pad32(Dv)), K^T (pad16(D) rows of bkv_rows keys); per query slot
-  // (kv slot * group + n % group), bq_rows rows of Q^T and dO^T panels, Q and dO pair panels,
-  // lse * log2(e) and Delta (fp32). amx_dq_ld: the row stride of a task's dQ^T.
+  // Backward, AMX: the operands packed per wave (flash_attention_amx_backward.h). Per kv slot,
+  // bkv_rows rows (amx_rows of the longest key sequence) of K rows (pad32(D) wide), V rows
+  // (pad32(Dv)), K^T (pad16(D) rows of bkv_rows keys); per query slot (kv slot * group + n %
+  // group), bq_rows rows of Q^T and dO^T panels, Q and dO pair panels, lse * log2(e) and Delta
+  // (fp32). amx_dq_ld: the row stride of a task's dQ^T.
   uint64_t bkv_k_offset = 0, bkv_v_offset = 0, bkv_kt_offset = 0;
   uint64_t bq_qt_offset = 0, bq_dot_offset = 0, bq_qp_offset = 0, bq_dop_offset = 0;
   uint64_t bq_lse_offset = 0, bq_delta_offset = 0;
