@@ -90,7 +90,7 @@ OP_AMX_TARGET inline bool gemm_bf16(int64_t M, int64_t N, int64_t K, const uint1
         // time, this copy took 10x the strip's TDPBF16PS time).
         const uint32_t* at = reinterpret_cast<const uint32_t*>(A + m0 * sam);
         for (int64_t k = 0; k < Kp; k += kTile)
-          transpose16x16_u32(at + k * (sak / 2), sak / 2, static_cast<int>(K - k < kTile ? (K > k ? K - k : 0) : kTile),
+          transpose16x16_u32(at + k * (sak / 2), sak / 2, static_cast<int>(K - k < kTile ? K - k : kTile),
                              static_cast<int>(rows), a_strip + k, Kp);
         a_ptr = reinterpret_cast<const char*>(a_strip);
         a_stride = Kp * 4;
