@@ -391,28 +391,35 @@ struct AmxBackward {
       std::memset(dvacc, 0, sizeof(float) * static_cast<size_t>(ncp * ldV));
       for (int64_t i0 = ilo & ~int64_t(31); i0 <= ihi; i0 += Br) {
         const int64_t nq = pad32(imin(Br, ihi + 1 - i0));
+        // The block's key rows [klo, khi) some query of the strip sees (a multiple of 32 each):
+        // the causal diagonal's and a window's strips skip the rest, whose P^T and dS^T are zero.
+        const int64_t i1 = imin(ihi, i0 + nq - 1);
+        const int64_t klo = imax(0, w.lo(i0) - j0) & ~int64_t(31), khi = imin(ncp, pad32(w.hi(i1) - j0 + 1));
+        if (khi <= klo) continue;
+        const int64_t nk = khi - klo;
         {
           OP_PROFILE_SCOPE(kGemm);
-          amx::gemm_parts<false, kParts>(ncp, nq, Dpad, kv.ka + j0 * kv.lda_k, kv.lda_k, kv.kapart,
-                                         qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, qd.qtpart, st, ldS, [] {});
-          amx::gemm_parts<false, kParts>(ncp, nq, Dvpad, kv.va + j0 * kv.lda_v, kv.lda_v, kv.vapart,
-                                         qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, qd.dotpart, dpt, ldS, [] {});
+          amx::gemm_parts<false, kParts>(nk, nq, Dpad, kv.ka + (j0 + klo) * kv.lda_k, kv.lda_k, kv.kapart,
+                                         qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, qd.qtpart, st + klo * ldS, ldS, [] {});
+          amx::gemm_parts<false, kParts>(nk, nq, Dvpad, kv.va + (j0 + klo) * kv.lda_v, kv.lda_v, kv.vapart,
+                                         qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, qd.dotpart, dpt + klo * ldS, ldS,
+                                         [] {});
         }
         {
           OP_PROFILE_SCOPE(kSoftmax);
           if constexpr ((kFeat & kFeatBias) != 0)
             build_bias<float>(p, b, n, i0, imin(nq, sq - i0), j0, nc, c2, bias, mt, Br);
-          elementwise<kFeat, kParts>(w, qd, i0, nq, j0, nc, ncp, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, apart, dsp,
-                                     Bc, dspart, bias, Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
+          elementwise<kFeat, kParts>(w, qd, i0, nq, j0, nc, klo, khi, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, apart,
+                                     dsp, Bc, dspart, bias, Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
         }
         {
           OP_PROFILE_SCOPE(kGemm);
-          amx::gemm_parts<true, kParts>(ncp, Dvp, nq, pt, ldA, apart, qd.dop + 32 * (i0 / 2), 16 * qd.ld, qd.doppart,
-                                        dvacc, ldV, [] {});
-          amx::gemm_parts<true, kParts>(ncp, Dp, nq, dst, ldA, apart, qd.qp + 32 * (i0 / 2), 16 * qd.ld, qd.qppart, dkacc,
-                                        ldK, [] {});
-          amx::gemm_parts<true, kParts>(Dp, nq, ncp, kv.kt + j0, kv.ld, kv.ktpart, dsp, 16 * Bc, dspart, dqt + i0, ldq,
-                                        [] {});
+          amx::gemm_parts<true, kParts>(nk, Dvp, nq, pt + klo * ldA, ldA, apart, qd.dop + 32 * (i0 / 2), 16 * qd.ld,
+                                        qd.doppart, dvacc + klo * ldV, ldV, [] {});
+          amx::gemm_parts<true, kParts>(nk, Dp, nq, dst + klo * ldA, ldA, apart, qd.qp + 32 * (i0 / 2), 16 * qd.ld,
+                                        qd.qppart, dkacc + klo * ldK, ldK, [] {});
+          amx::gemm_parts<true, kParts>(Dp, nq, nk, kv.kt + j0 + klo, kv.ld, kv.ktpart, dsp + 16 * klo, 16 * Bc, dspart,
+                                        dqt + i0, ldq, [] {});
         }
       }
       // dK (scaled) and dV of this key block, or their GQA partial
@@ -464,21 +471,21 @@ struct AmxBackward {
     zero_kv_padding();
   }
 
-  // P^T and dS^T of key rows j0 + [0, nc) against queries i0 + [0, nq) (vectors of 16 queries):
+  // P^T and dS^T of key rows j0 + [klo, khi) against queries i0 + [0, nq) (vectors of 16 queries):
   // P^T = 2^(c2 S^T (+ bias) - lse2) (0 outside the row's window and past Sq), dS^T = P^T (dP^T -
   // Delta) (dropout: P Z / keep_prob feeds dV, dP Z / keep_prob feeds dS). Written as bf16 rows
-  // pt, dst (A layout) and as key-pair panels dsp (B layout of dQ^T); key rows [nc, ncp) are zero.
+  // pt, dst (A layout) and as key-pair panels dsp (B layout of dQ^T); key rows [nc, khi) are zero.
   // kParts 2 / 3: each in bf16 parts (part i at + i * apart, resp. + i * dspart).
   template <int kFeat, int kParts>
   static void elementwise(const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq,
-                          int64_t j0, int64_t nc, int64_t ncp, int64_t sq, float c2, float sc_out, const float* st,
+                          int64_t j0, int64_t nc, int64_t klo, int64_t khi, int64_t sq, float c2, float sc_out, const float* st,
                           float* dpt, int64_t ldS, uint16_t* pt, uint16_t* dst, int64_t ldA, int64_t apart,
                           uint16_t* dsp, int64_t Bc, int64_t dspart, const float* bias, int64_t ldb, float* dpse,
                           int64_t dpse_cols, uint64_t e_head, int64_t skv, const DropoutLanes& lanes,
                           const DropoutKey& dkey) {
     const V vc2 = _mm512_set1_ps(c2);
     const int64_t last_q = imin(sq - 1, i0 + nq - 1);
-    for (int64_t j = 0; j < ncp; j += 2) {
+    for (int64_t j = klo; j < khi; j += 2) {
       uint16_t* pair = dsp + 32 * (j / 2);
       if (j >= nc) {  // padding keys: zero rows and pairs
         for (int part = 0; part < kParts; ++part) {
