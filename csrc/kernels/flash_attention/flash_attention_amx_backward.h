@@ -230,10 +230,15 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws,
   const int64_t kv_items = imin(plan.amx_wave_kv, p.batch * p.heads_kv - first), q_items = kv_items * p.group;
   LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
   LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
+  // Work item u * (1 + group) is kv item u, the next group items its query heads: the contiguous
+  // ranges a parallel_for hands its threads then hold whole units of like cost (kv items first
+  // put the light K^T transposes on one thread and every query head's packing on the other).
+  const int64_t unit = 1 + p.group;
   op_plugin::parallel_for(0, kv_items + q_items, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; ++it) {
-      if (it < kv_items) {
-        const int64_t b = (first + it) / p.heads_kv, h = (first + it) % p.heads_kv;
+      const int64_t u = it / unit, r = it % unit;
+      if (r == 0) {
+        const int64_t b = (first + u) / p.heads_kv, h = (first + u) % p.heads_kv;
         const AmxBwdKv a = amx_bwd_kv<kParts>(p, plan, ws, b, h);
         const int64_t skv = p.seqlen_kv[b];
         const int64_t k_off = b * p.k_batch_stride + p.kv_start[b] * p.k_row_stride + h * p.k_head_stride;
@@ -250,17 +255,19 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws,
         transpose_bf16_padded(k, p.k_row_stride, skv, D, const_cast<uint16_t*>(a.kt), a.ld, a.ld, Dp);
         continue;
       }
-      const int64_t kv = first + (it - kv_items) / p.group;  // query heads of the wave's kv items
-      const int64_t b = kv / p.heads_kv, n = (kv % p.heads_kv) * p.group + (it - kv_items) % p.group;
+      const int64_t kv = first + u;  // query head r - 1 of kv item u
+      const int64_t b = kv / p.heads_kv, n = (kv % p.heads_kv) * p.group + (r - 1);
       const AmxBwdQ a = amx_bwd_q(p, plan, ws, b, n);
       const int64_t sq = p.seqlen_q[b];
       const int64_t q_off = b * p.q_batch_stride + p.q_start[b] * p.q_row_stride + n * p.q_head_stride;
       const int64_t o_off = b * p.o_batch_stride + p.q_start[b] * p.o_row_stride + n * p.o_head_stride;
       uint16_t* qt = const_cast<uint16_t*>(a.qt);
       uint16_t* dot = const_cast<uint16_t*>(a.dot);
-      for (int part = 0; part < kParts; ++part) {  // panels past Sq stay zero
-        std::memset(qt + part * a.qtpart, 0, static_cast<size_t>(a.ld * Dpad) * 2);
-        std::memset(dot + part * a.dotpart, 0, static_cast<size_t>(a.ld * Dvpad) * 2);
+      // the panels past Sq are zero (the packing below writes whole panels up to pad16(Sq))
+      const int64_t written = pad16(sq);
+      for (int part = 0; part < kParts; ++part) {
+        std::memset(qt + part * a.qtpart + written * Dpad, 0, static_cast<size_t>((a.ld - written) * Dpad) * 2);
+        std::memset(dot + part * a.dotpart + written * Dvpad, 0, static_cast<size_t>((a.ld - written) * Dvpad) * 2);
       }
       if constexpr (kParts == 1) {
         const uint16_t* q = static_cast<const uint16_t*>(p.q) + q_off;
