@@ -171,12 +171,16 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   plan->bwd_chunks = 1;
   if (bwd) {
     // Enough tasks to balance a few threads even when B * N1 is small (and to survive a
-    // preempted thread): at least kBwdMinTasks when the keys allow it.
+    // preempted thread): at least kBwdMinTasks when the keys allow it. A constant, not the
+    // thread count: the chunks set the dQ summation order, which must not depend on the threads.
     // The dQ partials cost chunks x |dQ| in fp32, written, read back and summed, so large
     // problems (which have enough heads or enough rows to balance anyway) are capped at 2^24
-    // partial elements. 8, not 16: at B * N1 = 8 two chunks per head cost the AMX backward 4 of
-    // 65 ms (one thread, S=2048 D=128) and the fp32 one 3-9% (docs/decisions.md).
-    constexpr int64_t kBwdMinTasks = 8;
+    // partial elements. 4, not 8 (2026-12-05): at B * N1 = 4 two chunks per head cost the bf16
+    // AMX backward 19% on the training benchmark's window layers (S=4096 N=4 GQA 4:2 D=64, 2
+    // threads: 8.7-9.0 -> 7.1-7.2 ms) and 10% or more on its causal one; 8, not 16: at B * N1 = 8
+    // two chunks per head cost the AMX backward 4 of 65 ms (one thread, S=2048 D=128) and the
+    // fp32 one 3-9% (docs/decisions.md).
+    constexpr int64_t kBwdMinTasks = 4;
     constexpr int64_t kMaxPartialElems = int64_t(1) << 24;
     int64_t tiles_max = 0, q_rows = 0;
     for (int64_t b = 0; b < p.batch; ++b) {
