@@ -277,8 +277,8 @@ struct Ops512Base {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
   }
-  // 2^x for the softmax's arguments, x <= 0 up to rounding (x - max, or logit - lse; no clamp at
-  // the top): n = round(x), r = x - n, 2^r by a degree-5 minimax polynomial on [-0.5, 0.5]
+  // 2^x for the softmax's arguments, x <= 0 up to rounding (x - max, or logit - lse), or small
+  // positive ones (the AMX forward's lazy max: up to 8); no clamp at the top: n = round(x), r = x - n, 2^r by a degree-5 minimax polynomial on [-0.5, 0.5]
   // (relative error 2.3e-7, about 2 ulp; degree 6 buys nothing a bf16 P or an fp32 sum can show),
   // then vscalefps. x < -125 gives exactly 0, so masked (-inf) logits contribute nothing, by a lane
   // mask rather than by letting vscalefps underflow (see exp2); NaN propagates (max returns its
