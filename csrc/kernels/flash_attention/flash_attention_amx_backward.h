@@ -523,11 +523,13 @@ struct AmxBackward {
                             bias ? bias + (j + 1) * ldb + q0 : nullptr, vc2, l2, dl, base, f1, l1, e_vec + 1, lanes,
                             dkey, &ds1);
         if constexpr (kParts == 1) {
-          Ops512Bf16::store_bf16(pt + j * ldA + q0, pd0);
-          Ops512Bf16::store_bf16(dst + j * ldA + q0, ds0);
-          Ops512Bf16::store_bf16(pt + (j + 1) * ldA + q0, pd1);
-          Ops512Bf16::store_bf16(dst + (j + 1) * ldA + q0, ds1);
-          Ops512Bf16::store_bf16_pair(pair + q0 * Bc, ds0, ds1);
+          // each pair of rows converted once (row j in the low half, j + 1 in the high one)
+          const __m512i p01 = (__m512i)_mm512_cvtne2ps_pbh(pd1, pd0), d01 = (__m512i)_mm512_cvtne2ps_pbh(ds1, ds0);
+          store16(pt + j * ldA + q0, _mm512_castsi512_si256(p01));
+          store16(pt + (j + 1) * ldA + q0, _mm512_extracti64x4_epi64(p01, 1));
+          store16(dst + j * ldA + q0, _mm512_castsi512_si256(d01));
+          store16(dst + (j + 1) * ldA + q0, _mm512_extracti64x4_epi64(d01, 1));
+          _mm512_storeu_si512(pair + q0 * Bc, _mm512_permutexvar_epi16(pair_idx(), d01));
         } else {
           const auto p0 = amx::split<kParts>(pd0), p1 = amx::split<kParts>(pd1);
           const auto d0 = amx::split<kParts>(ds0), d1 = amx::split<kParts>(ds1);
@@ -553,19 +555,23 @@ struct AmxBackward {
     // the rest of each A row (queries past nq) is never read: the GEMMs run over nq
   }
 
+  static void store16(uint16_t* dst, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v); }
+  // 16-bit lane order that interleaves the low and high 16 halves of a vector into pairs (a
+  // function, not a static constant: no AVX-512 instruction may run when the library loads)
+  static __m512i pair_idx() {
+    return _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005, 0x00160006,
+                             0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b, 0x001c000c, 0x001d000d,
+                             0x001e000e, 0x001f000f);
+  }
+  // Two rows of 16 bf16 values -> 16 interleaved pairs (a0 b0 a1 b1 ...), as store_bf16_pair.
+  static void store_pair(uint16_t* dst, __m256i a, __m256i b) {
+    const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(pair_idx(), ab));
+  }
+
   // One vector of 16 queries against one key: returns P^T as it feeds dV (dropout applied),
   // sets *ds to dS^T. Lanes outside [lo, hi] (queries that cannot see the key) are 0; the lane
   // mask is built only for vectors that have such lanes (a window's or the diagonal's edges).
-  static void store16(uint16_t* dst, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v); }
-  // Two rows of 16 bf16 values -> 16 interleaved pairs (a0 b0 a1 b1 ...), as store_bf16_pair.
-  static void store_pair(uint16_t* dst, __m256i a, __m256i b) {
-    const __m512i idx = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
-                                          0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
-                                          0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
-    const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, ab));
-  }
-
   template <int kFeat, int kParts>
   static V prob(const float* s, const float* dp, const float* bias, V vc2, V l2, V dl, int64_t base, int64_t lo,
                 int64_t hi, uint64_t e_vec, const DropoutLanes& lanes, const DropoutKey& dkey, V* ds) {
