@@ -278,12 +278,13 @@ struct Ops512Base {
     return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
   }
   // 2^x for the softmax's arguments, x <= 0 up to rounding (x - max, or logit - lse), or small
-  // positive ones (the AMX forward's lazy max: up to 8); no clamp at the top: n = round(x), r = x - n, 2^r by a degree-5 minimax polynomial on [-0.5, 0.5]
-  // (relative error 2.3e-7, about 2 ulp; degree 6 buys nothing a bf16 P or an fp32 sum can show),
-  // then vscalefps. x < -125 gives exactly 0, so masked (-inf) logits contribute nothing, by a lane
-  // mask rather than by letting vscalefps underflow (see exp2); NaN propagates (max returns its
-  // second operand, the unordered compare keeps the lane). Used by the AMX dataflow, where the
-  // exp is most of the vector work: 2 instructions fewer than exp2 (no top clamp, degree 5).
+  // positive ones (the AMX forward's lazy max: up to 8); no clamp at the top: n = round(x),
+  // r = x - n, 2^r by a degree-5 minimax polynomial on [-0.5, 0.5] (relative error 2.3e-7, about
+  // 2 ulp; degree 6 buys nothing a bf16 P or an fp32 sum can show), then vscalefps. x < -125
+  // gives exactly 0, so masked (-inf) logits contribute nothing, by a lane mask rather than by
+  // letting vscalefps underflow (see exp2); NaN propagates (max returns its second operand, the
+  // unordered compare keeps the lane). Used by the AMX dataflow, where the exp is most of the
+  // vector work: 2 instructions fewer than exp2 (no top clamp, degree 5).
   static V exp2_nonpositive(V x) {
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
     x = _mm512_max_ps(_mm512_set1_ps(-125.0f), x);

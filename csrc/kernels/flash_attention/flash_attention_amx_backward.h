@@ -484,8 +484,8 @@ struct AmxBackward {
   // pt, dst (A layout) and as key-pair panels dsp (B layout of dQ^T); key rows [nc, khi) are zero.
   // kParts 2 / 3: each in bf16 parts (part i at + i * apart, resp. + i * dspart).
   template <int kFeat, int kParts>
-  static void elementwise(const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq,
-                          int64_t j0, int64_t nc, int64_t klo, int64_t khi, int64_t sq, float c2, float sc_out, const float* st,
+  static void elementwise(const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq, int64_t j0, int64_t nc,
+                          int64_t klo, int64_t khi, int64_t sq, float c2, float sc_out, const float* st,
                           float* dpt, int64_t ldS, uint16_t* pt, uint16_t* dst, int64_t ldA, int64_t apart,
                           uint16_t* dsp, int64_t Bc, int64_t dspart, const float* bias, int64_t ldb, float* dpse,
                           int64_t dpse_cols, uint64_t e_head, int64_t skv, const DropoutLanes& lanes,
