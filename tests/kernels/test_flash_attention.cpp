@@ -505,6 +505,9 @@ static std::vector<Case> cases() {
   // D and keys multiples of 32 and K / V rows strided by N2 * D (the AMX backward reads them in place)
   { Case c; c.N1 = 4; c.N2 = 2; c.D = 32; c.Dv = 32; c.S1 = 1030; c.S2 = 1088; c.mode = 3; add(c); }
   { Case c; c.N1 = 1; c.N2 = 1; c.D = 64; c.Dv = 48; c.S1 = 700; c.S2 = 1300; c.mode = 4; c.wl = 600; c.wr = 33; add(c); }
+  // (a window a task sees through in at most 1024 keys takes one key block of that size in the
+  // AMX forward, as the one above; this one is wider: several 512-key blocks with edges inside)
+  { Case c; c.N1 = 1; c.N2 = 1; c.D = 64; c.Dv = 64; c.S1 = 300; c.S2 = 1400; c.mode = 4; c.wl = 1100; c.wr = 0; add(c); }
   // logits hundreds of log2 units larger from key 512 on: the online softmax must move its max
   // (and rescale O) between key blocks, however lazily it keeps it otherwise
   { Case c; c.N1 = 2; c.N2 = 1; c.S1 = 70; c.S2 = 1100; c.late_k = 30.0; add(c); }

@@ -51,9 +51,6 @@ int64_t bwd_tiles(const RowWindow& w, int64_t sq, int64_t skv, int64_t t0, int64
   return total;
 }
 
-// Bytes of one (b, kv head) item's packed operands in the AMX dataflow (the workspace regions
-// below): the forward's K^T and V panels; the backward's K, V, K^T and its query heads' Q^T, dO^T,
-// Q and dO panels, lse2 and Delta.
 // The longest of the batch's sequences (lens[0 .. batch)).
 int64_t longest(const int64_t* lens, int64_t batch) {
   int64_t most = 0;
@@ -61,6 +58,20 @@ int64_t longest(const int64_t* lens, int64_t batch) {
   return most;
 }
 
+// The AMX forward's key block: kAmxBlockKV keys, or, under a window through which a task's
+// block_q rows see between that and twice as many keys, all of them in one block. With 512 keys
+// a window of 512 left every strip a second block of a few dozen keys, which paid a row's
+// bookkeeping and two small GEMMs for them.
+int64_t amx_fwd_block_kv(const FlashAttnFwdParams& p, int64_t block_q) {
+  if (p.win_left >= kUnbounded || p.win_right >= kUnbounded) return kAmxBlockKV;
+  // a task's keys: from its first row's window start (rounded down to 32) to its last row's end
+  const int64_t range = pad32(p.win_left + p.win_right + block_q + 31);
+  return range > kAmxBlockKV && range <= 2 * kAmxBlockKV ? range : kAmxBlockKV;
+}
+
+// Bytes of one (b, kv head) item's packed operands in the AMX dataflow (the workspace regions
+// below): the forward's K^T and V panels; the backward's K, V, K^T and its query heads' Q^T, dO^T,
+// Q and dO panels, lse2 and Delta.
 int64_t amx_item_bytes(const FlashAttnFwdParams& p, bool bwd, int64_t parts) {
   const int64_t max_skv = longest(p.seqlen_kv, p.batch), max_sq = longest(p.seqlen_q, p.batch);
   const int64_t D = p.head_dim, Dv = p.head_dim_v, group = std::max<int64_t>(1, p.group);
@@ -150,7 +161,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   const int64_t parts = plan->compute == Compute::kF32Amx ? 3 : plan->compute == Compute::kF16Amx ? 2 : 1;
   if (amx) {
     plan->amx_block_q = bwd ? kAmxBwdBlockQ : parts > 1 ? kAmxPartsBlockQ : kAmxBlockQ;
-    plan->amx_block_kv = !bwd ? kAmxBlockKV : parts == 1 && !sliding ? kAmxBwdBlockKVBf16 : kAmxBwdBlockKV;
+    plan->amx_block_kv = !bwd ? amx_fwd_block_kv(p, plan->amx_block_q)
+                              : parts == 1 && !sliding ? kAmxBwdBlockKVBf16 : kAmxBwdBlockKV;
   }
   const int64_t block_q = amx ? plan->amx_block_q : kBlockQ, block_kv = amx ? plan->amx_block_kv : kBlockKV;
   std::vector<Task>* tasks = &storage->tasks;
