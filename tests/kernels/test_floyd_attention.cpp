@@ -431,6 +431,12 @@ void correctness() {
       {1, 1, 17, 5, 600, 8, 0.3, OP_DT_DOUBLE, 1},
       {1, 1, 5, 18, 530, 19, 0.2, OP_DT_FLOAT16, 2},
       {1, 1, 16, 16, 1030, 64, 0.125, OP_DT_BF16, 0},
+      // bf16 on AMX tiles (floyd_attention_amx.h) takes the max over the raw logits only for a
+      // positive scale and rows without masked keys: a negative and a zero scale, with and without
+      // masks, over two n blocks and two m blocks.
+      {1, 1, 33, 20, 90, 32, -0.3, OP_DT_BF16, 0},
+      {1, 1, 20, 33, 40, 32, -0.3, OP_DT_BF16, 1},
+      {1, 1, 17, 18, 33, 16, 0.0, OP_DT_BF16, 2},
   };
   // Random small shapes.
   std::uniform_int_distribution<int> small(1, 20), keys(1, 70), dims(1, 20);

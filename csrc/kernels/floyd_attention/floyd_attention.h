@@ -171,12 +171,50 @@ inline int64_t bwd_slot(int64_t M, int64_t K, int64_t D, int64_t NC, int64_t eb,
 }
 }  // namespace fast
 
+// ---- The AMX-BF16 dataflow (floyd_attention_amx.h: bf16 at ISA level avx512_amx) -----------------
+// Blocks of TN rows n x TM rows m (16-row tiles on both axes), key blocks of up to kKeyBlock keys;
+// operands in the layouts of amx_tile.h, padded: keys to 32 (Kp), the head dim to 32 (Dp) as a
+// contraction and to 16 (Dv) as columns.
+namespace tiles {
+// Measured, one thread, B1 H4 N=M=K=256 D64 forward: 16 x 16 rows with 256-key blocks 119-125
+// ms; 32 x 32 x 128 keys 121-123, 32 x 16 x 128 128-132, 16 x 16 x 128 126-132, 32 x 32 x 64 128-137.
+constexpr int64_t TN = 16;
+constexpr int64_t TM = 16;
+constexpr int64_t kKeyBlock = 256;
+inline int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
+inline int64_t pad32(int64_t x) { return (x + 31) / 32 * 32; }
+inline bool applies(opDataType dt, Isa isa, int64_t K, int64_t D) {
+  return dt == OP_DT_BF16 && isa == Isa::kAvx512Amx && K > 0 && D > 0;
+}
+struct Dims {
+  int64_t Kp, Dp, Dv, kb;  // padded keys, head dim as contraction / as columns, keys per block
+  int64_t kt, vp, vld;     // one slice's K^T panels, its V panels, and the stride of a V panel
+  int64_t ldq, lds, ldp, ldo;  // row strides (elements) of the Q copy, S, P and O of a block
+  Dims(int64_t K, int64_t D)
+      : Kp(pad32(K)), Dp(pad32(D)), Dv(pad16(D)), kb(Kp < kKeyBlock ? Kp : kKeyBlock), kt(Kp * Dp), vp(Dv * Kp),
+        vld(16 * Kp), ldq(TM * Dp + 32), lds(kb + 16), ldp(kb + 32), ldo(Dv + 16) {}
+};
+// K2, V2 packed for every m of one (b, h).
+inline int64_t fwd_shared(int64_t M, const Dims& z) { return fast::bytes(M * z.kt, 2) + fast::bytes(M * z.vp, 2); }
+// K1, V1 packs of the n block, the Q copy, S, P, O, the row statistics, the key masks.
+inline int64_t fwd_slot(const Dims& z) {
+  const int64_t rows = TN * TM;
+  return fast::bytes(TN * z.kt, 2) + fast::bytes(TN * z.vp, 2) + fast::bytes(TN * z.ldq, 2) +
+         fast::bytes(rows * z.lds, 4) + fast::bytes(rows * z.ldp, 2) + fast::bytes(rows * z.ldo, 4) +
+         2 * fast::bytes(rows, 4) + fast::bytes(TN * z.kb / 16, 2);
+}
+}  // namespace tiles
+
 // Bytes of the shared region and of one per-thread slot (multiples of 64), for any ISA build.
 struct WorkspaceSizes { uint64_t shared, slot; };
 // isa: the level of the build that will run (tests run each build at any level).
 inline WorkspaceSizes fwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D,
                                     Isa isa = active_isa()) {
   (void)N;
+  if (tiles::applies(dt, isa, K, D)) {
+    const tiles::Dims z(K, D);
+    return {static_cast<uint64_t>(tiles::fwd_shared(M, z)), static_cast<uint64_t>(tiles::fwd_slot(z))};
+  }
   const int64_t eb = fast::operand_bytes(dt, isa), ab = fast::accumulator_bytes(dt);
   return {static_cast<uint64_t>(fast::fwd_shared(M, K, D, eb)), static_cast<uint64_t>(fast::fwd_slot(K, D, eb, ab))};
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "floyd_attention.h"
+#include "floyd_attention_amx.h"
 #include "kernels/common/gemm_ukernel.h"
 #include "kernels/common/profile.h"
 #include "op_plugin/isa.h"
@@ -226,6 +227,7 @@ constexpr int64_t kPanel = 0;
 }  // namespace
 
 void forward(const FwdPlan& plan, void* workspace) {
+  if (tiles::applies(plan.dtype, active_isa(), plan.K, plan.D)) return amx_flow::forward(plan, workspace);
   switch (plan.dtype) {
     case OP_DT_FLOAT: fastk::forward_fast<float, isa_avx512::Ops512F>(plan, workspace); break;
     case OP_DT_FLOAT16: fastk::forward_fast<F16, isa_avx512::Ops512F>(plan, workspace); break;
