@@ -183,8 +183,9 @@ constexpr int64_t TM = 16;
 constexpr int64_t kKeyBlock = 256;
 inline int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
 inline int64_t pad32(int64_t x) { return (x + 31) / 32 * 32; }
+constexpr int64_t kMaxDv = 512;  // head dims up to this (the NPU's are 32-128)
 inline bool applies(opDataType dt, Isa isa, int64_t K, int64_t D) {
-  return dt == OP_DT_BF16 && isa == Isa::kAvx512Amx && K > 0 && D > 0;
+  return dt == OP_DT_BF16 && isa == Isa::kAvx512Amx && K > 0 && D > 0 && D <= kMaxDv;
 }
 struct Dims {
   int64_t Kp, Dp, Dv, kb;  // padded keys, head dim as contraction / as columns, keys per block
@@ -202,6 +203,30 @@ inline int64_t fwd_slot(const Dims& z) {
   return fast::bytes(TN * z.kt, 2) + fast::bytes(TN * z.vp, 2) + fast::bytes(TN * z.ldq, 2) +
          fast::bytes(rows * z.lds, 4) + fast::bytes(rows * z.ldp, 2) + fast::bytes(rows * z.ldo, 4) +
          2 * fast::bytes(rows, 4) + fast::bytes(TN * z.kb / 16, 2);
+}
+// The backward keeps P and dS of every (n, m) row of a (b, h) for the dK2 / dV2 pass, as VNNI pairs
+// of n ([m][key panel][n pair]): when they would take more than fast::kScoreChunkBytes the
+// backward runs floyd_attention_kernel.inc, which splits n into chunks.
+inline bool bwd_applies(opDataType dt, Isa isa, int64_t N, int64_t M, int64_t K, int64_t D) {
+  return applies(dt, isa, K, D) && N > 0 && M > 0 && 4 * M * pad32(K) * pad32(N) <= fast::kScoreChunkBytes;
+}
+// K2^T, V2^T, K2 (pairs of keys) packed for every m; P and dS of every row as pairs of n.
+inline int64_t bwd_shared(int64_t N, int64_t M, const Dims& z) {
+  return 2 * fast::bytes(M * z.kt, 2) + fast::bytes(M * z.vp, 2) + 2 * fast::bytes(M * z.Kp * pad32(N), 2);
+}
+// The n pass: the three packs of the block's n, the Q / dY copies, S, dP, P, dS, dQ, the row
+// statistics, the key masks, P and dS of the block as pairs of m, Q^T / dY^T of one n and their
+// staging, dK1 / dV1 of one n. The m pass (Q^T / dY^T over n, staging, dK2 / dV2 of one m) fits in
+// what the n pass takes once N <= M + 16 * TN; the larger is reserved.
+inline int64_t bwd_slot(int64_t N, int64_t M, const Dims& z) {
+  const int64_t rows = TN * TM, Mp = pad32(M), Np = pad32(N), ldc = z.Kp + 16;
+  const int64_t n_pass = 2 * fast::bytes(TN * z.kt, 2) + fast::bytes(TN * z.vp, 2) + 2 * fast::bytes(TN * z.ldq, 2) +
+                         2 * fast::bytes(rows * z.lds, 4) + 2 * fast::bytes(rows * z.ldp, 2) +
+                         fast::bytes(rows * z.ldo, 4) + 3 * fast::bytes(rows, 4) + fast::bytes(TN * z.kb / 16, 2) +
+                         2 * fast::bytes(TN * z.Kp * Mp, 2) + 3 * fast::bytes(z.Dv * Mp, 2) +
+                         2 * fast::bytes(z.Dv * ldc, 4);
+  const int64_t m_pass = 3 * fast::bytes(z.Dv * Np, 2) + 2 * fast::bytes(z.Dv * ldc, 4);
+  return n_pass > m_pass ? n_pass : m_pass;
 }
 }  // namespace tiles
 
@@ -221,6 +246,10 @@ inline WorkspaceSizes fwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t
 // chunk_blocks: the plan's (fast::bwd_chunk_blocks unless a test asks for smaller chunks).
 inline WorkspaceSizes bwd_workspace(opDataType dt, int64_t N, int64_t M, int64_t K, int64_t D,
                                     int64_t chunk_blocks, Isa isa = active_isa()) {
+  if (tiles::bwd_applies(dt, isa, N, M, K, D)) {
+    const tiles::Dims z(K, D);
+    return {static_cast<uint64_t>(tiles::bwd_shared(N, M, z)), static_cast<uint64_t>(tiles::bwd_slot(N, M, z))};
+  }
   const int64_t eb = fast::operand_bytes(dt, isa), ab = fast::accumulator_bytes(dt);
   return {static_cast<uint64_t>(fast::bwd_shared(N, M, K, D, chunk_blocks, eb, ab)),
           static_cast<uint64_t>(fast::bwd_slot(M, K, D, chunk_blocks, eb, ab))};

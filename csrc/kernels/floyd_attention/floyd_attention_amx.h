@@ -45,14 +45,17 @@ using V = __m512;
 
 constexpr float kLog2e = 1.44269504088896341f;
 
-// K^T panels (16 keys x Dp each, keys zero past K up to Kp) and V panels (16 columns x Kp keys
-// each, pair rows) of one slice X[k][d] (rows ld elements apart).
-inline void pack_slice(const uint16_t* k, const uint16_t* v, int64_t ld, const tiles::Dims& z, int64_t K, int64_t D,
-                       uint16_t* kt, uint16_t* vp) {
-  amx::pack_b_transposed(k, ld, K, D, kt, z.Dp);
+// The two packs of a slice X[k][d] (rows ld elements apart): X^T as panels of 16 keys x Dp
+// (keys zero past K up to Kp), the B of a product contracting d; X as VNNI panels of 16 columns x
+// Kp keys (pair rows of keys), the B of a product contracting the keys.
+inline void pack_transposed_panels(const uint16_t* x, int64_t ld, const tiles::Dims& z, int64_t K, int64_t D,
+                                   uint16_t* xt) {
+  amx::pack_b_transposed(x, ld, K, D, xt, z.Dp);
   const int64_t written = (K + 15) / 16 * 16;
-  std::memset(kt + written * z.Dp, 0, static_cast<size_t>((z.Kp - written) * z.Dp) * 2);
-  amx::pack_b_rows(v, ld, K, D, vp, z.vld, z.Kp);
+  std::memset(xt + written * z.Dp, 0, static_cast<size_t>((z.Kp - written) * z.Dp) * 2);
+}
+inline void pack_key_pairs(const uint16_t* x, int64_t ld, const tiles::Dims& z, int64_t K, int64_t D, uint16_t* xp) {
+  amx::pack_b_rows(x, ld, K, D, xp, z.vld, z.Kp);
 }
 
 // Bump allocator over the task's 64-byte aligned slot (sizes as tiles::fwd_slot counts them).
@@ -147,7 +150,10 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
   uint16_t* v2p = shared.take<uint16_t>(M * z.vp);
   op_plugin::parallel_for(0, M, fast::m_grain(K, D), [&](int64_t b, int64_t e) {
     OP_PROFILE_SCOPE(kPack);
-    for (int64_t m = b; m < e; ++m) pack_slice(K2 + m * D, V2 + m * D, M * D, z, K, D, k2t + m * z.kt, v2p + m * z.vp);
+    for (int64_t m = b; m < e; ++m) {
+      pack_transposed_panels(K2 + m * D, M * D, z, K, D, k2t + m * z.kt);
+      pack_key_pairs(V2 + m * D, M * D, z, K, D, v2p + m * z.vp);
+    }
   });
   const int64_t nNB = ceil_div(N, TN);
   op_plugin::parallel_for(0, nNB, 1, [&](int64_t begin, int64_t end) {
@@ -166,8 +172,10 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
       const int64_t n0 = nbi * TN, nb = imin(TN, N - n0);
       {
         OP_PROFILE_SCOPE(kPack);
-        for (int64_t n = 0; n < nb; ++n)
-          pack_slice(K1 + (n0 + n) * K * D, V1 + (n0 + n) * K * D, D, z, K, D, k1t + n * z.kt, v1p + n * z.vp);
+        for (int64_t n = 0; n < nb; ++n) {
+          pack_transposed_panels(K1 + (n0 + n) * K * D, D, z, K, D, k1t + n * z.kt);
+          pack_key_pairs(V1 + (n0 + n) * K * D, D, z, K, D, v1p + n * z.vp);
+        }
       }
       for (int64_t m0 = 0; m0 < M; m0 += TM) {
         const int64_t mb = imin(TM, M - m0);
@@ -259,6 +267,345 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
 
 inline void forward(const FwdPlan& p, void* workspace) {
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) forward_bh(p, bh, workspace);
+}
+
+// ---- Backward ------------------------------------------------------------------------------
+// Per (b, h): K2 / V2 slices packed for every m (K2^T and V2^T panels for S and dP, K2 as pairs of
+// keys for dQ). Then the n pass, a task per n block, per m block and key block:
+//   S, dP = dY·V1[n]^T + dY·V2[:, m]^T (as S in the forward), P = exp(S - max) / sum from the
+//   forward's statistics, dS = scale P (dP - rowsum(dY O)), as bf16 rows;
+//   dQ += dS·K1[n] + dS·K2[:, m] (as O in the forward);
+//   P and dS copied as pairs of m into the block's buffers (for dK1 / dV1) and as pairs of n into
+//   the shared ones of their m (for dK2 / dV2);
+// and at the block's end, per n, dK1[n]^T = Q[n]^T · dS[n] and dV1[n]^T = dY[n]^T · P[n] (depth M).
+// Then the m pass, a task per m: dK2[:, m]^T = Q[:, m]^T · dS[:, m], dV2 likewise (depth N). The
+// products come out transposed (rows d: the pairs of m / n are the contraction) and are written
+// back by 16 x 16 transposes. Every output element is summed by one task in a fixed order.
+
+// Rows a, b of 16 bf16 each interleaved into one 32-bit pair per column: a pair row of a VNNI panel.
+// kStream: dst is 64-byte aligned and not read again soon (the shared buffers the m pass reads
+// after the n pass): a non-temporal store, which does not read the line first.
+template <bool kStream>
+inline void store_pairs(uint16_t* dst, const uint16_t* a, const uint16_t* b) {
+  const __m512i idx = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
+                                        0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
+                                        0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  const __m512i pairs = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+  if constexpr (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), pairs);
+  else _mm512_storeu_si512(dst, pairs);
+}
+
+// X^T as bf16 rows for the A operand of a product contracting X's rows: out[d * Rp + r] = X[r][d]
+// for d < Dv, r < Rp (zero past `rows` and D), X's rows ld elements apart. The rows are first
+// packed as VNNI panels (pairs of rows) into `stage` (Dv * Rp), whose 16 x 16 blocks of 32-bit
+// pairs are then transposed.
+inline void pack_transposed(const uint16_t* X, int64_t ld, int64_t rows, int64_t D, int64_t Dv, int64_t Rp,
+                            uint16_t* stage, uint16_t* out) {
+  amx::pack_b_rows(X, ld, rows, D, stage, 16 * Rp, Rp);
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(stage);
+  uint32_t* dst = reinterpret_cast<uint32_t*>(out);
+  for (int64_t p = 0; p < Dv / 16; ++p)
+    for (int64_t r0 = 0; r0 < Rp / 2; r0 += 16)
+      amx::transpose16x16_u32(src + p * 8 * Rp + 16 * r0, 16, 16, 16, dst + 16 * p * (Rp / 2) + r0, Rp / 2);
+}
+
+// dX[k][d] (rows ld elements apart) = C[d][k] as bf16, for k < K, d < D (C rows ldc floats apart).
+// 16 keys at a time, every d of a key written at once (a key's row of dK2 / dV2 is M * D apart from
+// the next: whole lines, not a line in parts at different times).
+inline void write_transposed(const float* C, int64_t ldc, int64_t K, int64_t D, uint16_t* dX, int64_t ld) {
+  alignas(64) float t[16 * tiles::kMaxDv];
+  const int64_t Dv = tiles::pad16(D);
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+    for (int64_t d0 = 0; d0 < Dv; d0 += 16)
+      amx::transpose16x16_u32(reinterpret_cast<const uint32_t*>(C + d0 * ldc + k0), ldc, 16, 16,
+                              reinterpret_cast<uint32_t*>(t + d0), Dv);
+    for (int64_t k = 0; k < imin(16, K - k0); ++k)
+      for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        const __mmask16 dm = D - d0 >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d0)) - 1);
+        _mm256_mask_storeu_epi16(dX + (k0 + k) * ld + d0, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(t + k * Dv + d0)));
+      }
+  }
+}
+
+// One row's P and dS over a key block, as bf16 (kbp values, zero past kv): s and dp the raw logits
+// and dP of the block's keys, rmax / rinv the row's max and 1 / sum, dr its rowsum(dY O).
+inline void grad_row(const float* s, const float* dp, int64_t kv, int64_t kbp, const __mmask16* masked,
+                     bool any_masked, float scale, float low, float rmax, float rinv, float dr, uint16_t* prow,
+                     uint16_t* dsrow) {
+  const bool plain = !any_masked && scale > 0.0f;  // as in softmax_row
+  const V sc = _mm512_set1_ps(scale), lo = _mm512_set1_ps(low), ninf = _mm512_set1_ps(-INFINITY);
+  const V c2 = _mm512_set1_ps(scale * kLog2e), m2 = _mm512_set1_ps(rmax * kLog2e), vm = _mm512_set1_ps(rmax);
+  const V l2e = _mm512_set1_ps(kLog2e), vi = _mm512_set1_ps(rinv), vd = _mm512_set1_ps(dr);
+  for (int64_t j = 0; j < kbp; j += 32) {
+    V p[2], ds[2];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t v = j / 16 + h, left = kv - 16 * v;
+      const __mmask16 valid = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+      const V x = _mm512_loadu_ps(s + 16 * v);
+      V e;
+      if (plain) {
+        e = isa::Ops512Base::exp2_nonpositive(_mm512_fmsub_ps(x, c2, m2));
+      } else {
+        const V t = _mm512_mask_mov_ps(_mm512_mul_ps(x, sc), masked[v], lo);
+        e = isa::Ops512Base::exp2(_mm512_mul_ps(_mm512_sub_ps(_mm512_mask_mov_ps(ninf, valid, t), vm), l2e));
+      }
+      p[h] = _mm512_maskz_mul_ps(valid, e, vi);
+      ds[h] = _mm512_mul_ps(_mm512_mul_ps(sc, p[h]), _mm512_sub_ps(_mm512_loadu_ps(dp + 16 * v), vd));
+    }
+    _mm512_storeu_si512(prow + j, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]));
+    _mm512_storeu_si512(dsrow + j, (__m512i)_mm512_cvtne2ps_pbh(ds[1], ds[0]));
+  }
+}
+
+inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
+  const int64_t N = p.N, M = p.M, K = p.K, D = p.D;
+  const tiles::Dims z(K, D);
+  const int64_t Mp = tiles::pad32(M), Np = tiles::pad32(N), ldc = z.Kp + 16;
+  const uint16_t* Q = static_cast<const uint16_t*>(p.q) + bh * N * M * D;
+  const uint16_t* dY = static_cast<const uint16_t*>(p.dy) + bh * N * M * D;
+  const uint16_t* O = static_cast<const uint16_t*>(p.o) + bh * N * M * D;
+  const uint16_t* K1 = static_cast<const uint16_t*>(p.k1) + bh * N * K * D;
+  const uint16_t* V1 = static_cast<const uint16_t*>(p.v1) + bh * N * K * D;
+  const uint16_t* K2 = static_cast<const uint16_t*>(p.k2) + bh * K * M * D;
+  const uint16_t* V2 = static_cast<const uint16_t*>(p.v2) + bh * K * M * D;
+  const float* smax = static_cast<const float*>(p.softmax_max) + bh * N * M * 8;
+  const float* ssum = static_cast<const float*>(p.softmax_sum) + bh * N * M * 8;
+  uint16_t* dQ = static_cast<uint16_t*>(p.dq) + bh * N * M * D;
+  uint16_t* dK1 = static_cast<uint16_t*>(p.dk1) + bh * N * K * D;
+  uint16_t* dV1 = static_cast<uint16_t*>(p.dv1) + bh * N * K * D;
+  uint16_t* dK2 = static_cast<uint16_t*>(p.dk2) + bh * K * M * D;
+  uint16_t* dV2 = static_cast<uint16_t*>(p.dv2) + bh * K * M * D;
+  const uint8_t* mask = p.mask != nullptr ? p.mask + (bh / p.H) * N * K : nullptr;
+  const float scale = static_cast<float>(p.scale), low = masked_logit(scale);
+  Carve shared{static_cast<char*>(workspace)};
+  uint16_t* k2t = shared.take<uint16_t>(M * z.kt);  // K2[:, m]^T panels (S)
+  uint16_t* v2t = shared.take<uint16_t>(M * z.kt);  // V2[:, m]^T panels (dP)
+  uint16_t* k2p = shared.take<uint16_t>(M * z.vp);  // K2[:, m] as pairs of keys (dQ)
+  uint16_t* p2 = shared.take<uint16_t>(M * z.Kp * Np);  // P of m: panels of 16 keys, pairs of n
+  uint16_t* ds2 = shared.take<uint16_t>(M * z.Kp * Np);
+  const int64_t nNB = ceil_div(N, TN), n_written = nNB * TN;  // pair rows of n the n pass writes
+  op_plugin::parallel_for(0, M, fast::m_grain(K, D), [&](int64_t b, int64_t e) {
+    OP_PROFILE_SCOPE(kPack);
+    for (int64_t m = b; m < e; ++m) {
+      pack_transposed_panels(K2 + m * D, M * D, z, K, D, k2t + m * z.kt);
+      pack_transposed_panels(V2 + m * D, M * D, z, K, D, v2t + m * z.kt);
+      pack_key_pairs(K2 + m * D, M * D, z, K, D, k2p + m * z.vp);
+      // pairs of n past the n blocks' rows are zero (the m pass contracts over all Np rows)
+      for (int64_t panel = 0; panel < z.Kp / 16 && n_written < Np; ++panel)
+        for (uint16_t* buf : {p2, ds2})
+          std::memset(buf + m * z.Kp * Np + panel * 16 * Np + 16 * n_written, 0,
+                      static_cast<size_t>(16 * (Np - n_written)) * 2);
+    }
+  });
+  const int64_t nMB = ceil_div(M, TM), m_written = nMB * TM;
+  op_plugin::parallel_for(0, nNB, 1, [&](int64_t begin, int64_t end) {
+    Carve c{static_cast<char*>(workspace) + p.shared_bytes + p.scratch_bytes * op_plugin::thread_num()};
+    uint16_t* k1t = c.take<uint16_t>(TN * z.kt);
+    uint16_t* v1t = c.take<uint16_t>(TN * z.kt);
+    uint16_t* k1p = c.take<uint16_t>(TN * z.vp);
+    uint16_t* qa = c.take<uint16_t>(TN * z.ldq);
+    uint16_t* da = c.take<uint16_t>(TN * z.ldq);
+    float* s = c.take<float>(TN * TM * z.lds);
+    float* dp = c.take<float>(TN * TM * z.lds);
+    uint16_t* pa = c.take<uint16_t>(TN * TM * z.ldp);
+    uint16_t* dsa = c.take<uint16_t>(TN * TM * z.ldp);
+    float* dq = c.take<float>(TN * TM * z.ldo);
+    float* rmax = c.take<float>(TN * TM);
+    float* rinv = c.take<float>(TN * TM);
+    float* dr = c.take<float>(TN * TM);
+    __mmask16* mbits = c.take<__mmask16>(TN * z.kb / 16);
+    uint16_t* p1 = c.take<uint16_t>(TN * z.Kp * Mp);  // P of the block's n: panels of 16 keys, pairs of m
+    uint16_t* ds1 = c.take<uint16_t>(TN * z.Kp * Mp);
+    uint16_t* qt = c.take<uint16_t>(z.Dv * Mp);  // Q[n]^T, dY[n]^T
+    uint16_t* dyt = c.take<uint16_t>(z.Dv * Mp);
+    uint16_t* stage = c.take<uint16_t>(z.Dv * Mp);
+    float* ck = c.take<float>(z.Dv * ldc);
+    float* cv = c.take<float>(z.Dv * ldc);
+    // pairs of m past the m blocks' rows are zero (dK1 / dV1 contract over all Mp rows)
+    for (int64_t i = 0; i < TN * z.Kp / 16 && m_written < Mp; ++i)
+      for (uint16_t* buf : {p1, ds1})
+        std::memset(buf + i * 16 * Mp + 16 * m_written, 0, static_cast<size_t>(16 * (Mp - m_written)) * 2);
+    amx::TileScope tile_config;
+    for (int64_t nbi = begin; nbi < end; ++nbi) {
+      const int64_t n0 = nbi * TN, nb = imin(TN, N - n0);
+      {
+        OP_PROFILE_SCOPE(kPack);
+        for (int64_t n = 0; n < nb; ++n) {
+          const uint16_t* k1 = K1 + (n0 + n) * K * D;
+          pack_transposed_panels(k1, D, z, K, D, k1t + n * z.kt);
+          pack_transposed_panels(V1 + (n0 + n) * K * D, D, z, K, D, v1t + n * z.kt);
+          pack_key_pairs(k1, D, z, K, D, k1p + n * z.vp);
+        }
+      }
+      for (int64_t m0 = 0; m0 < M; m0 += TM) {
+        const int64_t mb = imin(TM, M - m0);
+        {
+          OP_PROFILE_SCOPE(kPack);
+          for (int64_t n = 0; n < TN; ++n)
+            for (int64_t m = 0; m < TM; ++m) {
+              const bool live = n < nb && m < mb;
+              const int64_t g = (n0 + n) * M + m0 + m, r = n * TM + m;
+              for (uint16_t* a : {qa, da}) {
+                uint16_t* dst = a + n * z.ldq + m * z.Dp;
+                if (live) std::memcpy(dst, (a == qa ? Q : dY) + g * D, static_cast<size_t>(D) * 2);
+                std::memset(dst + (live ? D : 0), 0, static_cast<size_t>(z.Dp - (live ? D : 0)) * 2);
+              }
+              if (!live) {
+                std::memset(pa + r * z.ldp, 0, static_cast<size_t>(z.ldp) * 2);
+                std::memset(dsa + r * z.ldp, 0, static_cast<size_t>(z.ldp) * 2);
+                continue;
+              }
+              rmax[r] = smax[g * 8];
+              rinv[r] = 1.0f / ssum[g * 8];
+            }
+        }
+        {
+          OP_PROFILE_SCOPE(kReduce);
+          for (int64_t n = 0; n < nb; ++n)
+            for (int64_t m = 0; m < mb; ++m) {
+              const int64_t g = (n0 + n) * M + m0 + m;
+              V acc = _mm512_setzero_ps();
+              for (int64_t d = 0; d < D; d += 16) {
+                const __mmask16 dm = D - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d)) - 1);
+                acc = _mm512_fmadd_ps(amx::bf16_to_float(_mm256_maskz_loadu_epi16(dm, dY + g * D + d)),
+                                      amx::bf16_to_float(_mm256_maskz_loadu_epi16(dm, O + g * D + d)), acc);
+              }
+              dr[n * TM + m] = _mm512_reduce_add_ps(acc);
+            }
+        }
+        for (int64_t k0 = 0; k0 < K; k0 += z.kb) {
+          const int64_t kv = imin(z.kb, K - k0), kbp = tiles::pad32(kv);
+          {
+            OP_PROFILE_SCOPE(kGemm);
+            for (int64_t n = 0; n < nb; ++n) {
+              amx::gemm<false>(TM, kbp, z.Dp, qa + n * z.ldq, z.Dp, k1t + n * z.kt + k0 * z.Dp, 16 * z.Dp,
+                               s + n * TM * z.lds, z.lds);
+              amx::gemm<false>(TM, kbp, z.Dp, da + n * z.ldq, z.Dp, v1t + n * z.kt + k0 * z.Dp, 16 * z.Dp,
+                               dp + n * TM * z.lds, z.lds);
+            }
+            for (int64_t m = 0; m < mb; ++m) {
+              amx::gemm<true>(TN, kbp, z.Dp, qa + m * z.Dp, z.ldq, k2t + (m0 + m) * z.kt + k0 * z.Dp, 16 * z.Dp,
+                              s + m * z.lds, TM * z.lds);
+              amx::gemm<true>(TN, kbp, z.Dp, da + m * z.Dp, z.ldq, v2t + (m0 + m) * z.kt + k0 * z.Dp, 16 * z.Dp,
+                              dp + m * z.lds, TM * z.lds);
+            }
+          }
+          {
+            OP_PROFILE_SCOPE(kSoftmax);
+            for (int64_t n = 0; n < nb; ++n) {
+              __mmask16* mk = mbits + n * (z.kb / 16);
+              const uint8_t* mrow = mask != nullptr ? mask + (n0 + n) * K + k0 : nullptr;
+              bool any_masked = false;
+              for (int64_t v = 0; v < kbp / 16; ++v) {
+                const int64_t left = kv - 16 * v;
+                const __mmask16 valid = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+                mk[v] = 0;
+                if (mrow != nullptr && valid != 0) {
+                  const __m128i bytes = _mm_maskz_loadu_epi8(valid, mrow + 16 * v);
+                  mk[v] = _mm_test_epi8_mask(bytes, bytes);
+                  any_masked = any_masked || mk[v] != 0;
+                }
+              }
+              for (int64_t m = 0; m < mb; ++m) {
+                const int64_t r = n * TM + m;
+                grad_row(s + r * z.lds, dp + r * z.lds, kv, kbp, mk, any_masked, scale, low, rmax[r], rinv[r], dr[r],
+                         pa + r * z.ldp, dsa + r * z.ldp);
+              }
+            }
+          }
+          {
+            OP_PROFILE_SCOPE(kPack);
+            // P and dS as pairs of m (of each n: dK1 / dV1) and as pairs of n (of each m: dK2 / dV2).
+            for (int64_t j = 0; j < kbp; j += 16) {
+              const int64_t panel = (k0 + j) / 16;
+              for (int64_t n = 0; n < nb; ++n)
+                for (int64_t q = 0; q < TM / 2; ++q) {
+                  const int64_t r = n * TM + 2 * q, at = (n * z.Kp / 16 + panel) * 16 * Mp + 32 * (m0 / 2 + q);
+                  store_pairs<false>(p1 + at, pa + r * z.ldp + j, pa + (r + 1) * z.ldp + j);
+                  store_pairs<false>(ds1 + at, dsa + r * z.ldp + j, dsa + (r + 1) * z.ldp + j);
+                }
+              for (int64_t m = 0; m < mb; ++m)
+                for (int64_t q = 0; q < TN / 2; ++q) {
+                  const int64_t r = 2 * q * TM + m, at = ((m0 + m) * z.Kp / 16 + panel) * 16 * Np + 32 * (n0 / 2 + q);
+                  store_pairs<true>(p2 + at, pa + r * z.ldp + j, pa + (r + TM) * z.ldp + j);
+                  store_pairs<true>(ds2 + at, dsa + r * z.ldp + j, dsa + (r + TM) * z.ldp + j);
+                }
+            }
+          }
+          OP_PROFILE_SCOPE(kGemm);
+          // dQ: the first key block's term-1 product initialises it (rows of n past nb are never read)
+          for (int64_t n = 0; n < nb; ++n) {
+            if (k0 == 0)
+              amx::gemm<false>(TM, z.Dv, kbp, dsa + n * TM * z.ldp, z.ldp, k1p + n * z.vp, z.vld, dq + n * TM * z.ldo,
+                               z.ldo);
+            else
+              amx::gemm<true>(TM, z.Dv, kbp, dsa + n * TM * z.ldp, z.ldp, k1p + n * z.vp + 16 * k0, z.vld,
+                              dq + n * TM * z.ldo, z.ldo);
+          }
+          for (int64_t m = 0; m < mb; ++m)
+            amx::gemm<true>(TN, z.Dv, kbp, dsa + m * z.ldp, TM * z.ldp, k2p + (m0 + m) * z.vp + 16 * k0, z.vld,
+                            dq + m * z.ldo, TM * z.ldo);
+        }
+        OP_PROFILE_SCOPE(kOther);
+        for (int64_t n = 0; n < nb; ++n)
+          for (int64_t m = 0; m < mb; ++m) {
+            const int64_t r = n * TM + m, g = (n0 + n) * M + m0 + m;
+            for (int64_t d = 0; d < D; d += 16) {
+              const __mmask16 dm = D - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d)) - 1);
+              _mm256_mask_storeu_epi16(dQ + g * D + d, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(dq + r * z.ldo + d)));
+            }
+          }
+      }
+      // dK1[n]^T = Q[n]^T dS[n], dV1[n]^T = dY[n]^T P[n], contracting all M rows.
+      for (int64_t n = 0; n < nb; ++n) {
+        {
+          OP_PROFILE_SCOPE(kPack);
+          pack_transposed(Q + (n0 + n) * M * D, D, M, D, z.Dv, Mp, stage, qt);
+          pack_transposed(dY + (n0 + n) * M * D, D, M, D, z.Dv, Mp, stage, dyt);
+        }
+        {
+          OP_PROFILE_SCOPE(kGemm);
+          amx::gemm<false>(z.Dv, z.Kp, Mp, qt, Mp, ds1 + n * z.Kp * Mp, 16 * Mp, ck, ldc);
+          amx::gemm<false>(z.Dv, z.Kp, Mp, dyt, Mp, p1 + n * z.Kp * Mp, 16 * Mp, cv, ldc);
+        }
+        OP_PROFILE_SCOPE(kReduce);
+        write_transposed(ck, ldc, K, D, dK1 + (n0 + n) * K * D, D);
+        write_transposed(cv, ldc, K, D, dV1 + (n0 + n) * K * D, D);
+      }
+    }
+    _mm_sfence();  // the streamed pairs are visible before the m pass reads them
+  });
+  // dK2[:, m]^T = Q[:, m]^T dS[:, m], dV2 likewise, contracting all N rows.
+  op_plugin::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
+    Carve c{static_cast<char*>(workspace) + p.shared_bytes + p.scratch_bytes * op_plugin::thread_num()};
+    uint16_t* qt = c.take<uint16_t>(z.Dv * Np);
+    uint16_t* dyt = c.take<uint16_t>(z.Dv * Np);
+    uint16_t* stage = c.take<uint16_t>(z.Dv * Np);
+    float* ck = c.take<float>(z.Dv * ldc);
+    float* cv = c.take<float>(z.Dv * ldc);
+    amx::TileScope tile_config;
+    for (int64_t m = begin; m < end; ++m) {
+      {
+        OP_PROFILE_SCOPE(kPack);
+        pack_transposed(Q + m * D, M * D, N, D, z.Dv, Np, stage, qt);
+        pack_transposed(dY + m * D, M * D, N, D, z.Dv, Np, stage, dyt);
+      }
+      {
+        OP_PROFILE_SCOPE(kGemm);
+        amx::gemm<false>(z.Dv, z.Kp, Np, qt, Np, ds2 + m * z.Kp * Np, 16 * Np, ck, ldc);
+        amx::gemm<false>(z.Dv, z.Kp, Np, dyt, Np, p2 + m * z.Kp * Np, 16 * Np, cv, ldc);
+      }
+      OP_PROFILE_SCOPE(kReduce);
+      write_transposed(ck, ldc, K, D, dK2 + m * D, M * D);
+      write_transposed(cv, ldc, K, D, dV2 + m * D, M * D);
+    }
+  });
+}
+
+inline void backward(const BwdPlan& p, void* workspace) {
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh) backward_bh(p, bh, workspace);
 }
 
 }  // namespace amx_flow

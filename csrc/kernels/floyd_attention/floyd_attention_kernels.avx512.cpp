@@ -240,6 +240,8 @@ void forward(const FwdPlan& plan, void* workspace) {
 }
 
 void backward(const BwdPlan& plan, void* workspace) {
+  if (tiles::bwd_applies(plan.dtype, active_isa(), plan.N, plan.M, plan.K, plan.D))
+    return amx_flow::backward(plan, workspace);
   switch (plan.dtype) {
     case OP_DT_FLOAT: fastk::backward_fast<float, isa_avx512::Ops512F>(plan, workspace); break;
     case OP_DT_FLOAT16: fastk::backward_fast<F16, isa_avx512::Ops512F>(plan, workspace); break;
