@@ -176,8 +176,11 @@ inline int64_t bwd_slot(int64_t M, int64_t K, int64_t D, int64_t NC, int64_t eb,
 // operands in the layouts of amx_tile.h, padded: keys to 32 (Kp), the head dim to 32 (Dp) as a
 // contraction and to 16 (Dv) as columns.
 namespace tiles {
-// Measured, one thread, B1 H4 N=M=K=256 D64 forward: 16 x 16 rows with 256-key blocks 119-125
-// ms; 32 x 32 x 128 keys 121-123, 32 x 16 x 128 128-132, 16 x 16 x 128 126-132, 32 x 32 x 64 128-137.
+// Measured, one thread, B1 H4 N=M=K=256 D64 (forward / backward, medians of four alternated runs):
+// 16 x 16 rows with 256-key blocks 120 / 362 ms; 32 x 32 x 128 keys 118 / 350, 32 x 32 x 256 115 /
+// 357, 16 x 32 x 256 119 / 348, 32 x 16 x 128 (forward) 128-132, 32 x 32 x 64 (forward) 128-137.
+// The larger blocks are within the host's noise and double or quadruple the backward's buffers of
+// P and dS per thread (TN * Kp * Mp each), so 16 x 16 x 256.
 constexpr int64_t TN = 16;
 constexpr int64_t TM = 16;
 constexpr int64_t kKeyBlock = 256;
