@@ -224,7 +224,7 @@ inline int64_t bwd_shared(int64_t N, int64_t M, const Dims& z) {
 inline int64_t bwd_slot(int64_t N, int64_t M, const Dims& z) {
   const int64_t rows = TN * TM, Mp = pad32(M), Np = pad32(N), ldc = z.Kp + 16;
   const int64_t n_pass = 2 * fast::bytes(TN * z.kt, 2) + fast::bytes(TN * z.vp, 2) + 2 * fast::bytes(TN * z.ldq, 2) +
-                         2 * fast::bytes(rows * z.lds, 4) + 2 * fast::bytes(rows * z.ldp, 2) +
+                         2 * fast::bytes(rows * z.lds, 4) + fast::bytes(rows * z.ldp, 2) +
                          fast::bytes(rows * z.ldo, 4) + 3 * fast::bytes(rows, 4) + fast::bytes(TN * z.kb / 16, 2) +
                          2 * fast::bytes(TN * z.Kp * Mp, 2) + 3 * fast::bytes(z.Dv * Mp, 2) +
                          2 * fast::bytes(z.Dv * ldc, 4);

@@ -282,19 +282,12 @@ inline void forward(const FwdPlan& p, void* workspace) {
 // products come out transposed (rows d: the pairs of m / n are the contraction) and are written
 // back by 16 x 16 transposes. Every output element is summed by one task in a fixed order.
 
-// Rows a, b of 16 bf16 each interleaved into one 32-bit pair per column: a pair row of a VNNI panel.
-// kStream: dst is 64-byte aligned and not read again soon (the shared buffers the m pass reads
-// after the n pass): a non-temporal store, which does not read the line first.
-template <bool kStream>
-inline void store_pairs(uint16_t* dst, const uint16_t* a, const uint16_t* b) {
+// Two rows' 16 values (fp32) as bf16 pairs, one 32-bit pair per column: a pair row of a VNNI panel.
+inline __m512i pairs_of(V a, V b) {
   const __m512i idx = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
                                         0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
                                         0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
-  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-  const __m512i pairs = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-  if constexpr (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), pairs);
-  else _mm512_storeu_si512(dst, pairs);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
 // X^T as bf16 rows for the A operand of a product contracting X's rows: out[d * Rp + r] = X[r][d]
@@ -329,34 +322,29 @@ inline void write_transposed(const float* C, int64_t ldc, int64_t K, int64_t D, 
   }
 }
 
-// One row's P and dS over a key block, as bf16 (kbp values, zero past kv): s and dp the raw logits
-// and dP of the block's keys, rmax / rinv the row's max and 1 / sum, dr its rowsum(dY O).
-inline void grad_row(const float* s, const float* dp, int64_t kv, int64_t kbp, const __mmask16* masked,
-                     bool any_masked, float scale, float low, float rmax, float rinv, float dr, uint16_t* prow,
-                     uint16_t* dsrow) {
-  const bool plain = !any_masked && scale > 0.0f;  // as in softmax_row
-  const V sc = _mm512_set1_ps(scale), lo = _mm512_set1_ps(low), ninf = _mm512_set1_ps(-INFINITY);
-  const V c2 = _mm512_set1_ps(scale * kLog2e), m2 = _mm512_set1_ps(rmax * kLog2e), vm = _mm512_set1_ps(rmax);
-  const V l2e = _mm512_set1_ps(kLog2e), vi = _mm512_set1_ps(rinv), vd = _mm512_set1_ps(dr);
-  for (int64_t j = 0; j < kbp; j += 32) {
-    V p[2], ds[2];
-    for (int h = 0; h < 2; ++h) {
-      const int64_t v = j / 16 + h, left = kv - 16 * v;
-      const __mmask16 valid = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-      const V x = _mm512_loadu_ps(s + 16 * v);
-      V e;
-      if (plain) {
-        e = isa::Ops512Base::exp2_nonpositive(_mm512_fmsub_ps(x, c2, m2));
-      } else {
-        const V t = _mm512_mask_mov_ps(_mm512_mul_ps(x, sc), masked[v], lo);
-        e = isa::Ops512Base::exp2(_mm512_mul_ps(_mm512_sub_ps(_mm512_mask_mov_ps(ninf, valid, t), vm), l2e));
-      }
-      p[h] = _mm512_maskz_mul_ps(valid, e, vi);
-      ds[h] = _mm512_mul_ps(_mm512_mul_ps(sc, p[h]), _mm512_sub_ps(_mm512_loadu_ps(dp + 16 * v), vd));
-    }
-    _mm512_storeu_si512(prow + j, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]));
-    _mm512_storeu_si512(dsrow + j, (__m512i)_mm512_cvtne2ps_pbh(ds[1], ds[0]));
+// One row's P and dS at 16 keys (fp32; zero where `valid` is clear): s and dp its raw logits and
+// dP there, `masked` their mask bits, rmax / rinv the row's max and 1 / sum, dr its rowsum(dY O).
+// `plain`: the row has no masked key in the block and the scale is positive (as in softmax_row).
+struct GradRow {
+  const float* s;
+  const float* dp;
+  const __mmask16* masked;
+  bool plain;
+  float rmax, rinv, dr;
+};
+inline void grad16(const GradRow& g, int64_t v, __mmask16 valid, float scale, float low, V* p, V* ds) {
+  const V sc = _mm512_set1_ps(scale), x = _mm512_loadu_ps(g.s + 16 * v);
+  V e;
+  if (g.plain) {
+    e = isa::Ops512Base::exp2_nonpositive(
+        _mm512_fmsub_ps(x, _mm512_set1_ps(scale * kLog2e), _mm512_set1_ps(g.rmax * kLog2e)));
+  } else {
+    const V t = _mm512_mask_mov_ps(_mm512_mul_ps(x, sc), g.masked[v], _mm512_set1_ps(low));
+    const V y = _mm512_sub_ps(_mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, t), _mm512_set1_ps(g.rmax));
+    e = isa::Ops512Base::exp2(_mm512_mul_ps(y, _mm512_set1_ps(kLog2e)));
   }
+  *p = _mm512_maskz_mul_ps(valid, e, _mm512_set1_ps(g.rinv));
+  *ds = _mm512_mul_ps(_mm512_mul_ps(sc, *p), _mm512_sub_ps(_mm512_loadu_ps(g.dp + 16 * v), _mm512_set1_ps(g.dr)));
 }
 
 inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
@@ -409,7 +397,6 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
     uint16_t* da = c.take<uint16_t>(TN * z.ldq);
     float* s = c.take<float>(TN * TM * z.lds);
     float* dp = c.take<float>(TN * TM * z.lds);
-    uint16_t* pa = c.take<uint16_t>(TN * TM * z.ldp);
     uint16_t* dsa = c.take<uint16_t>(TN * TM * z.ldp);
     float* dq = c.take<float>(TN * TM * z.ldo);
     float* rmax = c.take<float>(TN * TM);
@@ -453,7 +440,6 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
                 std::memset(dst + (live ? D : 0), 0, static_cast<size_t>(z.Dp - (live ? D : 0)) * 2);
               }
               if (!live) {
-                std::memset(pa + r * z.ldp, 0, static_cast<size_t>(z.ldp) * 2);
                 std::memset(dsa + r * z.ldp, 0, static_cast<size_t>(z.ldp) * 2);
                 continue;
               }
@@ -494,6 +480,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
           }
           {
             OP_PROFILE_SCOPE(kSoftmax);
+            bool plain[TN];
             for (int64_t n = 0; n < nb; ++n) {
               __mmask16* mk = mbits + n * (z.kb / 16);
               const uint8_t* mrow = mask != nullptr ? mask + (n0 + n) * K + k0 : nullptr;
@@ -508,31 +495,51 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
                   any_masked = any_masked || mk[v] != 0;
                 }
               }
-              for (int64_t m = 0; m < mb; ++m) {
-                const int64_t r = n * TM + m;
-                grad_row(s + r * z.lds, dp + r * z.lds, kv, kbp, mk, any_masked, scale, low, rmax[r], rinv[r], dr[r],
-                         pa + r * z.ldp, dsa + r * z.ldp);
+              plain[n] = !any_masked && scale > 0.0f;
+            }
+            // Rows in quads (n, n + 1) x (m, m + 1), P and dS of each 16 keys kept in registers:
+            // dS as bf16 rows (the A of dQ), and both as VNNI pairs of m (of each n, for dK1 / dV1)
+            // and of n (of each m, the shared buffers for dK2 / dV2: streamed, read only after the
+            // n pass). Rows past nb / mb are zero: the pairs of m of a live n run to the block's
+            // TM rows and the pairs of n of a live m to its TN rows, the contractions' zero padding.
+            for (int64_t n = 0; n < TN; n += 2)
+              for (int64_t m = 0; m < TM; m += 2) {
+                if (n >= nb && m >= mb) continue;
+                GradRow g[2][2];
+                bool live[2][2];
+                for (int a = 0; a < 2; ++a)
+                  for (int c = 0; c < 2; ++c) {
+                    const int64_t r = (n + a) * TM + m + c;
+                    live[a][c] = n + a < nb && m + c < mb;
+                    if (live[a][c])
+                      g[a][c] = {s + r * z.lds, dp + r * z.lds, mbits + (n + a) * (z.kb / 16), plain[n + a], rmax[r],
+                                 rinv[r], dr[r]};
+                  }
+                for (int64_t v = 0; v < kbp / 16; ++v) {
+                  const int64_t left = kv - 16 * v, panel = k0 / 16 + v;
+                  const __mmask16 valid = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+                  V pv[2][2], dsv[2][2];
+                  for (int a = 0; a < 2; ++a)
+                    for (int c = 0; c < 2; ++c) {
+                      pv[a][c] = dsv[a][c] = _mm512_setzero_ps();
+                      if (!live[a][c]) continue;
+                      grad16(g[a][c], v, valid, scale, low, &pv[a][c], &dsv[a][c]);
+                      const int64_t r = (n + a) * TM + m + c;
+                      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dsa + r * z.ldp + 16 * v),
+                                          (__m256i)_mm512_cvtneps_pbh(dsv[a][c]));
+                    }
+                  for (int a = 0; a < 2 && n + a < nb; ++a) {
+                    const int64_t at = ((n + a) * z.Kp / 16 + panel) * 16 * Mp + 32 * ((m0 + m) / 2);
+                    _mm512_storeu_si512(p1 + at, pairs_of(pv[a][0], pv[a][1]));
+                    _mm512_storeu_si512(ds1 + at, pairs_of(dsv[a][0], dsv[a][1]));
+                  }
+                  for (int c = 0; c < 2 && m + c < mb; ++c) {
+                    const int64_t at = ((m0 + m + c) * z.Kp / 16 + panel) * 16 * Np + 32 * ((n0 + n) / 2);
+                    _mm512_stream_si512(reinterpret_cast<__m512i*>(p2 + at), pairs_of(pv[0][c], pv[1][c]));
+                    _mm512_stream_si512(reinterpret_cast<__m512i*>(ds2 + at), pairs_of(dsv[0][c], dsv[1][c]));
+                  }
+                }
               }
-            }
-          }
-          {
-            OP_PROFILE_SCOPE(kPack);
-            // P and dS as pairs of m (of each n: dK1 / dV1) and as pairs of n (of each m: dK2 / dV2).
-            for (int64_t j = 0; j < kbp; j += 16) {
-              const int64_t panel = (k0 + j) / 16;
-              for (int64_t n = 0; n < nb; ++n)
-                for (int64_t q = 0; q < TM / 2; ++q) {
-                  const int64_t r = n * TM + 2 * q, at = (n * z.Kp / 16 + panel) * 16 * Mp + 32 * (m0 / 2 + q);
-                  store_pairs<false>(p1 + at, pa + r * z.ldp + j, pa + (r + 1) * z.ldp + j);
-                  store_pairs<false>(ds1 + at, dsa + r * z.ldp + j, dsa + (r + 1) * z.ldp + j);
-                }
-              for (int64_t m = 0; m < mb; ++m)
-                for (int64_t q = 0; q < TN / 2; ++q) {
-                  const int64_t r = 2 * q * TM + m, at = ((m0 + m) * z.Kp / 16 + panel) * 16 * Np + 32 * (n0 / 2 + q);
-                  store_pairs<true>(p2 + at, pa + r * z.ldp + j, pa + (r + TM) * z.ldp + j);
-                  store_pairs<true>(ds2 + at, dsa + r * z.ldp + j, dsa + (r + TM) * z.ldp + j);
-                }
-            }
           }
           OP_PROFILE_SCOPE(kGemm);
           // dQ: the first key block's term-1 product initialises it (rows of n past nb are never read)
