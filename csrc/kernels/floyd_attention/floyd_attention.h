@@ -217,10 +217,10 @@ inline bool bwd_applies(opDataType dt, Isa isa, int64_t N, int64_t M, int64_t K,
 inline int64_t bwd_shared(int64_t N, int64_t M, const Dims& z) {
   return 2 * fast::bytes(M * z.kt, 2) + fast::bytes(M * z.vp, 2) + 2 * fast::bytes(M * z.Kp * pad32(N), 2);
 }
-// The n pass: the three packs of the block's n, the Q / dY copies, S, dP, P, dS, dQ, the row
-// statistics, the key masks, P and dS of the block as pairs of m, Q^T / dY^T of one n and their
-// staging, dK1 / dV1 of one n. The m pass (Q^T / dY^T over n, staging, dK2 / dV2 of one m) fits in
-// what the n pass takes once N <= M + 16 * TN; the larger is reserved.
+// The larger of the n pass (the three packs of the block's n, the Q / dY copies, S, dP, dS rows,
+// dQ, the row statistics, the key masks, P and dS of the block as pairs of m, Q^T / dY^T of one n
+// and their staging, dK1 / dV1 of one n) and the m pass (Q^T / dY^T over n, their staging, dK2 /
+// dV2 of one m).
 inline int64_t bwd_slot(int64_t N, int64_t M, const Dims& z) {
   const int64_t rows = TN * TM, Mp = pad32(M), Np = pad32(N), ldc = z.Kp + 16;
   const int64_t n_pass = 2 * fast::bytes(TN * z.kt, 2) + fast::bytes(TN * z.vp, 2) + 2 * fast::bytes(TN * z.ldq, 2) +

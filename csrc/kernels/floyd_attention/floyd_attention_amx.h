@@ -273,10 +273,10 @@ inline void forward(const FwdPlan& p, void* workspace) {
 // Per (b, h): K2 / V2 slices packed for every m (K2^T and V2^T panels for S and dP, K2 as pairs of
 // keys for dQ). Then the n pass, a task per n block, per m block and key block:
 //   S, dP = dY·V1[n]^T + dY·V2[:, m]^T (as S in the forward), P = exp(S - max) / sum from the
-//   forward's statistics, dS = scale P (dP - rowsum(dY O)), as bf16 rows;
+//   forward's statistics, dS = scale P (dP - rowsum(dY O)), computed for quads of rows and
+//   written as dS rows (bf16), as pairs of m into the block's buffers (for dK1 / dV1) and as
+//   pairs of n into the shared ones of their m (for dK2 / dV2);
 //   dQ += dS·K1[n] + dS·K2[:, m] (as O in the forward);
-//   P and dS copied as pairs of m into the block's buffers (for dK1 / dV1) and as pairs of n into
-//   the shared ones of their m (for dK2 / dV2);
 // and at the block's end, per n, dK1[n]^T = Q[n]^T · dS[n] and dV1[n]^T = dY[n]^T · P[n] (depth M).
 // Then the m pass, a task per m: dK2[:, m]^T = Q[:, m]^T · dS[:, m], dV2 likewise (depth N). The
 // products come out transposed (rows d: the pairs of m / n are the contraction) and are written
