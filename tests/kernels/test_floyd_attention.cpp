@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -51,10 +52,28 @@ const opParallelBackend kThreadBackend{bk_max_threads, bk_thread_num, bk_paralle
 void set_threads(int n) { g_threads = n; opSetParallelBackend(n > 1 ? &kThreadBackend : nullptr); }
 
 // ---- Host tensors --------------------------------------------------------------------------
+// Tensor bytes 64-byte aligned, as torch's allocator hands them out: the kernels take aligned-only
+// paths (the AMX backward streams whole lines of dK / dV), which malloc's 16-byte alignment would
+// leave untested.
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const Aligned64<U>&) const { return false; }
+};
+using Bytes = std::vector<unsigned char, Aligned64<unsigned char>>;
+
 struct HostTensor {
   opDataType dtype = OP_DT_FLOAT;
   std::vector<int64_t> shape;
-  std::vector<unsigned char> bytes;
+  Bytes bytes;
   opTensor desc() {
     opTensor t{};
     t.data = bytes.empty() ? nullptr : bytes.data();
@@ -349,7 +368,7 @@ bool stats_replicated(const HostTensor& h) {
 // op's backward does), so it is recomputed only when that output's bytes change: runs that share a
 // forward (the backward in chunks, the API at the level a direct call also runs) share it.
 struct RefCache {
-  std::vector<unsigned char> o_bytes;
+  Bytes o_bytes;
   RefOut r;
 };
 

@@ -307,18 +307,30 @@ inline void pack_transposed(const uint16_t* X, int64_t ld, int64_t rows, int64_t
 // dX[k][d] (rows ld elements apart) = C[d][k] as bf16, for k < K, d < D (C rows ldc floats apart).
 // 16 keys at a time, every d of a key written at once (a key's row of dK2 / dV2 is M * D apart from
 // the next: whole lines, not a line in parts at different times).
+// Rows of whole cache lines (D a multiple of 32, 64-byte aligned) take non-temporal stores: the
+// gradients are not read again by the kernel, and a streamed line is not read in first.
 inline void write_transposed(const float* C, int64_t ldc, int64_t K, int64_t D, uint16_t* dX, int64_t ld) {
   alignas(64) float t[16 * tiles::kMaxDv];
   const int64_t Dv = tiles::pad16(D);
+  const bool stream = D % 32 == 0 && ld % 32 == 0 && reinterpret_cast<uintptr_t>(dX) % 64 == 0;
   for (int64_t k0 = 0; k0 < K; k0 += 16) {
     for (int64_t d0 = 0; d0 < Dv; d0 += 16)
       amx::transpose16x16_u32(reinterpret_cast<const uint32_t*>(C + d0 * ldc + k0), ldc, 16, 16,
                               reinterpret_cast<uint32_t*>(t + d0), Dv);
-    for (int64_t k = 0; k < imin(16, K - k0); ++k)
+    for (int64_t k = 0; k < imin(16, K - k0); ++k) {
+      uint16_t* row = dX + (k0 + k) * ld;
+      if (stream) {
+        for (int64_t d0 = 0; d0 < D; d0 += 32)
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(row + d0),
+                              (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(t + k * Dv + d0 + 16),
+                                                           _mm512_load_ps(t + k * Dv + d0)));
+        continue;
+      }
       for (int64_t d0 = 0; d0 < D; d0 += 16) {
         const __mmask16 dm = D - d0 >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d0)) - 1);
-        _mm256_mask_storeu_epi16(dX + (k0 + k) * ld + d0, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(t + k * Dv + d0)));
+        _mm256_mask_storeu_epi16(row + d0, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(t + k * Dv + d0)));
       }
+    }
   }
 }
 
@@ -582,7 +594,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
         write_transposed(cv, ldc, K, D, dV1 + (n0 + n) * K * D, D);
       }
     }
-    _mm_sfence();  // the streamed pairs are visible before the m pass reads them
+    _mm_sfence();  // the streamed pairs (and dK1 / dV1) are visible before the m pass reads them
   });
   // dK2[:, m]^T = Q[:, m]^T dS[:, m], dV2 likewise, contracting all N rows.
   op_plugin::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
@@ -608,6 +620,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
       write_transposed(ck, ldc, K, D, dK2 + m * D, M * D);
       write_transposed(cv, ldc, K, D, dV2 + m * D, M * D);
     }
+    _mm_sfence();  // the streamed dK2 / dV2 rows are visible when the call returns
   });
 }
 
