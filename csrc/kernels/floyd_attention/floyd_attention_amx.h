@@ -69,6 +69,26 @@ struct Carve {
   }
 };
 
+// dst[d] = src[d] * f as bf16 for d < D: a row of an output. `stream` (D a multiple of 32, dst
+// 64-byte aligned): non-temporal stores of whole lines, which are not read in first (the kernel
+// does not read its outputs back); the caller fences before returning.
+inline void write_row(uint16_t* dst, const float* src, V f, int64_t D, bool stream) {
+  if (stream) {
+    for (int64_t d = 0; d < D; d += 32)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + d),
+                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d + 16), f),
+                                                       _mm512_mul_ps(_mm512_loadu_ps(src + d), f)));
+    return;
+  }
+  for (int64_t d = 0; d < D; d += 16) {
+    const __mmask16 dm = D - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d)) - 1);
+    _mm256_mask_storeu_epi16(dst + d, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d), f)));
+  }
+}
+inline bool streams(const void* base, int64_t D) {
+  return D % 32 == 0 && reinterpret_cast<uintptr_t>(base) % 64 == 0;
+}
+
 // One row's online softmax over a key block: s holds the raw logits of keys k0 .. k0 + kbp - 1
 // (kv of them real), `masked` the mask bits of its 16-key vectors (`any_masked`: one is set). P
 // (kbp values, zero past kv) goes to prow as bf16; the max / sum move and the row's O is rescaled
@@ -246,22 +266,20 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
         }
         OP_PROFILE_SCOPE(kOther);
         uint16_t* out = static_cast<uint16_t*>(p.out) + bh * N * M * D;
+        const bool stream_out = streams(p.out, D);
         float* smax = static_cast<float*>(p.softmax_max) + bh * N * M * 8;
         float* ssum = static_cast<float*>(p.softmax_sum) + bh * N * M * 8;
         for (int64_t n = 0; n < nb; ++n)
           for (int64_t m = 0; m < mb; ++m) {
             const int64_t r = n * TM + m, g = (n0 + n) * M + m0 + m;
             const V inv = _mm512_set1_ps(rsum[r] > 0.0f ? 1.0f / rsum[r] : 0.0f);
-            for (int64_t d = 0; d < D; d += 16) {
-              const __mmask16 dm = D - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d)) - 1);
-              const V y = _mm512_mul_ps(_mm512_loadu_ps(o + r * z.ldo + d), inv);
-              _mm256_mask_storeu_epi16(out + g * D + d, dm, (__m256i)_mm512_cvtneps_pbh(y));
-            }
+            write_row(out + g * D, o + r * z.ldo, inv, D, stream_out);
             _mm256_storeu_ps(smax + g * 8, _mm256_set1_ps(rmax[r]));
             _mm256_storeu_ps(ssum + g * 8, _mm256_set1_ps(rsum[r]));
           }
       }
     }
+    _mm_sfence();  // the streamed output rows are visible when the call returns
   });
 }
 
@@ -373,6 +391,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
   const float* smax = static_cast<const float*>(p.softmax_max) + bh * N * M * 8;
   const float* ssum = static_cast<const float*>(p.softmax_sum) + bh * N * M * 8;
   uint16_t* dQ = static_cast<uint16_t*>(p.dq) + bh * N * M * D;
+  const bool stream_dq = streams(p.dq, D);
   uint16_t* dK1 = static_cast<uint16_t*>(p.dk1) + bh * N * K * D;
   uint16_t* dV1 = static_cast<uint16_t*>(p.dv1) + bh * N * K * D;
   uint16_t* dK2 = static_cast<uint16_t*>(p.dk2) + bh * K * M * D;
@@ -571,10 +590,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
         for (int64_t n = 0; n < nb; ++n)
           for (int64_t m = 0; m < mb; ++m) {
             const int64_t r = n * TM + m, g = (n0 + n) * M + m0 + m;
-            for (int64_t d = 0; d < D; d += 16) {
-              const __mmask16 dm = D - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d)) - 1);
-              _mm256_mask_storeu_epi16(dQ + g * D + d, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(dq + r * z.ldo + d)));
-            }
+            write_row(dQ + g * D, dq + r * z.ldo, _mm512_set1_ps(1.0f), D, stream_dq);
           }
       }
       // dK1[n]^T = Q[n]^T dS[n], dV1[n]^T = dY[n]^T P[n], contracting all M rows.
@@ -594,7 +610,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
         write_transposed(cv, ldc, K, D, dV1 + (n0 + n) * K * D, D);
       }
     }
-    _mm_sfence();  // the streamed pairs (and dK1 / dV1) are visible before the m pass reads them
+    _mm_sfence();  // the streamed pairs (and dQ, dK1, dV1) are visible before the m pass reads them
   });
   // dK2[:, m]^T = Q[:, m]^T dS[:, m], dV2 likewise, contracting all N rows.
   op_plugin::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
