@@ -176,13 +176,14 @@ inline int64_t bwd_slot(int64_t M, int64_t K, int64_t D, int64_t NC, int64_t eb,
 // operands in the layouts of amx_tile.h, padded: keys to 32 (Kp), the head dim to 32 (Dp) as a
 // contraction and to 16 (Dv) as columns.
 namespace tiles {
-// Measured, one thread, B1 H4 N=M=K=256 D64 (forward / backward, medians of four alternated runs):
-// 16 x 16 rows with 256-key blocks 120 / 362 ms; 32 x 32 x 128 keys 118 / 350, 32 x 32 x 256 115 /
-// 357, 16 x 32 x 256 119 / 348, 32 x 16 x 128 (forward) 128-132, 32 x 32 x 64 (forward) 128-137.
-// The larger blocks are within the host's noise and double or quadruple the backward's buffers of
-// P and dS per thread (TN * Kp * Mp each), so 16 x 16 x 256.
+// 32 rows m per n: the per-n products (term 1) then run 2 x 2 tile blocks, each K1 / V1 tile
+// serving two A tiles. Measured, one thread, B1 H4 N=M=K=256 D64 (forward / backward, binaries
+// alternated three times, the final dataflow): 16 x 16 rows with 256-key blocks 119 / 327 ms,
+// 16 x 32 117 / 313, 16 x 64 120 / 322, 32 x 32 112 / 344 (the backward's P / dS buffers of the
+// block, TN * Kp * Mp each, double to 4 MB); earlier 32 x 32 x 128 keys and 32 x 16 measured
+// no faster than 16 x 16.
 constexpr int64_t TN = 16;
-constexpr int64_t TM = 16;
+constexpr int64_t TM = 32;
 constexpr int64_t kKeyBlock = 256;
 inline int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
 inline int64_t pad32(int64_t x) { return (x + 31) / 32 * 32; }

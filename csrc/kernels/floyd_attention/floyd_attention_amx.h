@@ -1,11 +1,13 @@
 // Fused Floyd attention, the AMX-BF16 dataflow: bf16 inputs on a CPU with AMX tiles (ISA level
-// avx512_amx), forward. Included by floyd_attention_kernels.avx512.cpp; sizes in floyd_attention.h
-// (namespace tiles). Every other dtype and level, and the backward, run floyd_attention_kernel.inc.
+// avx512_amx), forward and backward (its own section below). Included by
+// floyd_attention_kernels.avx512.cpp; sizes and when it applies in floyd_attention.h (namespace
+// tiles). Every other dtype and level runs floyd_attention_kernel.inc.
 //
 // Why a dataflow of its own: the generic algorithm's GEMMs are 16-row calls of gemm<Ops> in the
 // vector kernels' layouts, which on tiles ran at about 11% of the tile peak (operands copied into
 // stack blocks per call, 16-key vectors per softmax step). Here every operand is packed once into
-// the layouts tiles load (amx_tile.h) and the GEMMs are amx::gemm calls over whole key blocks:
+// the layouts tiles load (amx_tile.h) and the GEMMs are amx::gemm calls over whole key blocks of
+// a block of TN x TM rows (n, m) (docs/decisions.md, "Floyd in bf16 on AMX"). The forward:
 //   per (b, h)      K2, V2 slices of every m packed (shared): K2[:, m]^T as K^T panels, V2[:, m]
 //                   as VNNI panels of key pairs
 //   per n block     K1, V1 slices of its TN rows n packed likewise (the task's slot)
