@@ -71,6 +71,11 @@ struct Carve {
   }
 };
 
+// The first `left` of 16 lanes (none for left <= 0).
+inline __mmask16 lanes(int64_t left) {
+  return left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+}
+
 // dst[d] = src[d] * f as bf16 for d < D: a row of an output. `stream` (D a multiple of 32, dst
 // 64-byte aligned): non-temporal stores of whole lines, which are not read in first (the kernel
 // does not read its outputs back); the caller fences before returning.
@@ -83,12 +88,28 @@ inline void write_row(uint16_t* dst, const float* src, V f, int64_t D, bool stre
     return;
   }
   for (int64_t d = 0; d < D; d += 16) {
-    const __mmask16 dm = D - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d)) - 1);
+    const __mmask16 dm = lanes(D - d);
     _mm256_mask_storeu_epi16(dst + d, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d), f)));
   }
 }
 inline bool streams(const void* base, int64_t D) {
   return D % 32 == 0 && reinterpret_cast<uintptr_t>(base) % 64 == 0;
+}
+
+// Mask bits of a row n's keys in a block (kbp / 16 vectors, kv keys real) from its mask row (null:
+// no mask); true when one is set.
+inline bool key_mask_bits(const uint8_t* mrow, int64_t kv, int64_t kbp, __mmask16* mk) {
+  bool any = false;
+  for (int64_t v = 0; v < kbp / 16; ++v) {
+    const __mmask16 valid = lanes(kv - 16 * v);
+    mk[v] = 0;
+    if (mrow != nullptr && valid != 0) {
+      const __m128i bytes = _mm_maskz_loadu_epi8(valid, mrow + 16 * v);
+      mk[v] = _mm_test_epi8_mask(bytes, bytes);
+      any = any || mk[v] != 0;
+    }
+  }
+  return any;
 }
 
 // One row's online softmax over a key block: s holds the raw logits of keys k0 .. k0 + kbp - 1
@@ -101,10 +122,7 @@ inline void softmax_row(const float* s, int64_t kv, int64_t kbp, const __mmask16
   V x[kMaxV];
   const int nv = static_cast<int>(kbp / 16);
   const V sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
-  auto valid = [&](int v) -> __mmask16 {
-    const int64_t left = kv - 16 * v;
-    return left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-  };
+  auto valid = [&](int v) { return lanes(kv - 16 * v); };
   // A row without masked keys and a positive scale (the usual case): the max is taken over the raw
   // logits and P = 2^(s * scale * log2e - max * log2e) in one fma; else each logit is scaled and
   // masked first, and x - max is formed before the log2 scale, since a fully masked row's logits
@@ -232,18 +250,8 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
             OP_PROFILE_SCOPE(kSoftmax);
             for (int64_t n = 0; n < nb; ++n) {
               __mmask16* mk = mbits + n * (z.kb / 16);
-              const uint8_t* mrow = mask != nullptr ? mask + (n0 + n) * K + k0 : nullptr;
-              bool any_masked = false;
-              for (int64_t v = 0; v < kbp / 16; ++v) {
-                const int64_t left = kv - 16 * v;
-                const __mmask16 valid = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-                mk[v] = 0;
-                if (mrow != nullptr && valid != 0) {
-                  const __m128i bytes = _mm_maskz_loadu_epi8(valid, mrow + 16 * v);
-                  mk[v] = _mm_test_epi8_mask(bytes, bytes);
-                  any_masked = any_masked || mk[v] != 0;
-                }
-              }
+              const bool any_masked =
+                  key_mask_bits(mask != nullptr ? mask + (n0 + n) * K + k0 : nullptr, kv, kbp, mk);
               for (int64_t m = 0; m < mb; ++m) {
                 const int64_t r = n * TM + m;
                 softmax_row(s + r * z.lds, kv, kbp, mk, any_masked, scale, low, pa + r * z.ldp, rmax + r, rsum + r,
@@ -347,7 +355,7 @@ inline void write_transposed(const float* C, int64_t ldc, int64_t K, int64_t D, 
         continue;
       }
       for (int64_t d0 = 0; d0 < D; d0 += 16) {
-        const __mmask16 dm = D - d0 >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d0)) - 1);
+        const __mmask16 dm = lanes(D - d0);
         _mm256_mask_storeu_epi16(row + d0, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(t + k * Dv + d0)));
       }
     }
@@ -487,7 +495,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
               const int64_t g = (n0 + n) * M + m0 + m;
               V acc = _mm512_setzero_ps();
               for (int64_t d = 0; d < D; d += 16) {
-                const __mmask16 dm = D - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (D - d)) - 1);
+                const __mmask16 dm = lanes(D - d);
                 acc = _mm512_fmadd_ps(amx::bf16_to_float(_mm256_maskz_loadu_epi16(dm, dY + g * D + d)),
                                       amx::bf16_to_float(_mm256_maskz_loadu_epi16(dm, O + g * D + d)), acc);
               }
@@ -516,18 +524,8 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
             bool plain[TN];
             for (int64_t n = 0; n < nb; ++n) {
               __mmask16* mk = mbits + n * (z.kb / 16);
-              const uint8_t* mrow = mask != nullptr ? mask + (n0 + n) * K + k0 : nullptr;
-              bool any_masked = false;
-              for (int64_t v = 0; v < kbp / 16; ++v) {
-                const int64_t left = kv - 16 * v;
-                const __mmask16 valid = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-                mk[v] = 0;
-                if (mrow != nullptr && valid != 0) {
-                  const __m128i bytes = _mm_maskz_loadu_epi8(valid, mrow + 16 * v);
-                  mk[v] = _mm_test_epi8_mask(bytes, bytes);
-                  any_masked = any_masked || mk[v] != 0;
-                }
-              }
+              const bool any_masked =
+                  key_mask_bits(mask != nullptr ? mask + (n0 + n) * K + k0 : nullptr, kv, kbp, mk);
               plain[n] = !any_masked && scale > 0.0f;
             }
             // Rows in quads (n, n + 1) x (m, m + 1), P and dS of each 16 keys kept in registers:
@@ -550,7 +548,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
                   }
                 for (int64_t v = 0; v < kbp / 16; ++v) {
                   const int64_t left = kv - 16 * v, panel = k0 / 16 + v;
-                  const __mmask16 valid = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+                  const __mmask16 valid = lanes(left);
                   V pv[2][2], dsv[2][2];
                   for (int a = 0; a < 2; ++a)
                     for (int c = 0; c < 2; ++c) {
