@@ -112,6 +112,37 @@ inline bool key_mask_bits(const uint8_t* mrow, int64_t kv, int64_t kbp, __mmask1
   return any;
 }
 
+// The two GEMMs of each product a block (nb rows n from the block's first, mb rows m from m0) takes
+// over one key block (keys k0 .. k0 + kbp - 1), the term of each n and the term of each m; x1 holds
+// the block's packs of its n, x2 the shared packs of every m.
+// Scores: C[n][m][k] = A[n][m]·X1[n][k] + A[n][m]·X2[k][m], A the block's Q or dY copy, X1 / X2
+// K^T panels (C rows z.lds apart).
+inline void block_scores(const tiles::Dims& z, int64_t nb, int64_t mb, int64_t m0, int64_t k0, int64_t kbp,
+                         const uint16_t* a, const uint16_t* x1, const uint16_t* x2, float* c) {
+  for (int64_t n = 0; n < nb; ++n)
+    amx::gemm<false>(TM, kbp, z.Dp, a + n * z.ldq, z.Dp, x1 + n * z.kt + k0 * z.Dp, 16 * z.Dp, c + n * TM * z.lds,
+                     z.lds);
+  for (int64_t m = 0; m < mb; ++m)
+    amx::gemm<true>(TN, kbp, z.Dp, a + m * z.Dp, z.ldq, x2 + (m0 + m) * z.kt + k0 * z.Dp, 16 * z.Dp, c + m * z.lds,
+                    TM * z.lds);
+}
+// Contraction over the keys: C[n][m][:] (+)= W[n][m][k]·(X1[n][k][:] + X2[k][m][:]), W bf16 rows
+// z.ldp apart, X1 / X2 as key pairs (C rows z.ldo apart). The first key block's term of each n
+// initialises C (rows of n past nb, which it skips, are never read).
+inline void block_contract(const tiles::Dims& z, int64_t nb, int64_t mb, int64_t m0, int64_t k0, int64_t kbp,
+                           const uint16_t* w, const uint16_t* x1, const uint16_t* x2, float* c) {
+  for (int64_t n = 0; n < nb; ++n) {
+    if (k0 == 0)
+      amx::gemm<false>(TM, z.Dv, kbp, w + n * TM * z.ldp, z.ldp, x1 + n * z.vp, z.vld, c + n * TM * z.ldo, z.ldo);
+    else
+      amx::gemm<true>(TM, z.Dv, kbp, w + n * TM * z.ldp, z.ldp, x1 + n * z.vp + 16 * k0, z.vld, c + n * TM * z.ldo,
+                      z.ldo);
+  }
+  for (int64_t m = 0; m < mb; ++m)
+    amx::gemm<true>(TN, z.Dv, kbp, w + m * z.ldp, TM * z.ldp, x2 + (m0 + m) * z.vp + 16 * k0, z.vld, c + m * z.ldo,
+                    TM * z.ldo);
+}
+
 // One row's online softmax over a key block: s holds the raw logits of keys k0 .. k0 + kbp - 1
 // (kv of them real), `masked` the mask bits of its 16-key vectors (`any_masked`: one is set). P
 // (kbp values, zero past kv) goes to prow as bf16; the max / sum move and the row's O is rescaled
@@ -239,12 +270,7 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
           const int64_t kv = imin(z.kb, K - k0), kbp = tiles::pad32(kv);
           {
             OP_PROFILE_SCOPE(kGemm);
-            for (int64_t n = 0; n < nb; ++n)
-              amx::gemm<false>(TM, kbp, z.Dp, qa + n * z.ldq, z.Dp, k1t + n * z.kt + k0 * z.Dp, 16 * z.Dp,
-                               s + n * TM * z.lds, z.lds);
-            for (int64_t m = 0; m < mb; ++m)
-              amx::gemm<true>(TN, kbp, z.Dp, qa + m * z.Dp, z.ldq, k2t + (m0 + m) * z.kt + k0 * z.Dp, 16 * z.Dp,
-                              s + m * z.lds, TM * z.lds);
+            block_scores(z, nb, mb, m0, k0, kbp, qa, k1t, k2t, s);
           }
           {
             OP_PROFILE_SCOPE(kSoftmax);
@@ -260,19 +286,7 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
             }
           }
           OP_PROFILE_SCOPE(kGemm);
-          // The first key block's term-1 product initialises O (rows of n past nb, which it skips,
-          // are never read); the softmax rescales O only from the second block on.
-          for (int64_t n = 0; n < nb; ++n) {
-            if (k0 == 0)
-              amx::gemm<false>(TM, z.Dv, kbp, pa + n * TM * z.ldp, z.ldp, v1p + n * z.vp, z.vld, o + n * TM * z.ldo,
-                               z.ldo);
-            else
-              amx::gemm<true>(TM, z.Dv, kbp, pa + n * TM * z.ldp, z.ldp, v1p + n * z.vp + 16 * k0, z.vld,
-                              o + n * TM * z.ldo, z.ldo);
-          }
-          for (int64_t m = 0; m < mb; ++m)
-            amx::gemm<true>(TN, z.Dv, kbp, pa + m * z.ldp, TM * z.ldp, v2p + (m0 + m) * z.vp + 16 * k0, z.vld,
-                            o + m * z.ldo, TM * z.ldo);
+          block_contract(z, nb, mb, m0, k0, kbp, pa, v1p, v2p, o);  // the softmax rescales O from block 2 on
         }
         OP_PROFILE_SCOPE(kOther);
         uint16_t* out = static_cast<uint16_t*>(p.out) + bh * N * M * D;
@@ -506,18 +520,8 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
           const int64_t kv = imin(z.kb, K - k0), kbp = tiles::pad32(kv);
           {
             OP_PROFILE_SCOPE(kGemm);
-            for (int64_t n = 0; n < nb; ++n) {
-              amx::gemm<false>(TM, kbp, z.Dp, qa + n * z.ldq, z.Dp, k1t + n * z.kt + k0 * z.Dp, 16 * z.Dp,
-                               s + n * TM * z.lds, z.lds);
-              amx::gemm<false>(TM, kbp, z.Dp, da + n * z.ldq, z.Dp, v1t + n * z.kt + k0 * z.Dp, 16 * z.Dp,
-                               dp + n * TM * z.lds, z.lds);
-            }
-            for (int64_t m = 0; m < mb; ++m) {
-              amx::gemm<true>(TN, kbp, z.Dp, qa + m * z.Dp, z.ldq, k2t + (m0 + m) * z.kt + k0 * z.Dp, 16 * z.Dp,
-                              s + m * z.lds, TM * z.lds);
-              amx::gemm<true>(TN, kbp, z.Dp, da + m * z.Dp, z.ldq, v2t + (m0 + m) * z.kt + k0 * z.Dp, 16 * z.Dp,
-                              dp + m * z.lds, TM * z.lds);
-            }
+            block_scores(z, nb, mb, m0, k0, kbp, qa, k1t, k2t, s);
+            block_scores(z, nb, mb, m0, k0, kbp, da, v1t, v2t, dp);
           }
           {
             OP_PROFILE_SCOPE(kSoftmax);
@@ -573,18 +577,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
               }
           }
           OP_PROFILE_SCOPE(kGemm);
-          // dQ: the first key block's term-1 product initialises it (rows of n past nb are never read)
-          for (int64_t n = 0; n < nb; ++n) {
-            if (k0 == 0)
-              amx::gemm<false>(TM, z.Dv, kbp, dsa + n * TM * z.ldp, z.ldp, k1p + n * z.vp, z.vld, dq + n * TM * z.ldo,
-                               z.ldo);
-            else
-              amx::gemm<true>(TM, z.Dv, kbp, dsa + n * TM * z.ldp, z.ldp, k1p + n * z.vp + 16 * k0, z.vld,
-                              dq + n * TM * z.ldo, z.ldo);
-          }
-          for (int64_t m = 0; m < mb; ++m)
-            amx::gemm<true>(TN, z.Dv, kbp, dsa + m * z.ldp, TM * z.ldp, k2p + (m0 + m) * z.vp + 16 * k0, z.vld,
-                            dq + m * z.ldo, TM * z.ldo);
+          block_contract(z, nb, mb, m0, k0, kbp, dsa, k1p, k2p, dq);
         }
         OP_PROFILE_SCOPE(kOther);
         for (int64_t n = 0; n < nb; ++n)
