@@ -3,8 +3,8 @@
 // Why: on CPUs with AMX (Intel Xeon 4th generation and later) one TDPBF16PS multiplies a 16x32
 // bf16 tile by a 32x16 one into 16x16 fp32 accumulators: 8192 multiply-adds per instruction,
 // where vdpbf16ps does 32. Used by the kernels whose GEMMs are many small ones on operands in the
-// vector kernels' layouts (Floyd: 16-row blocks of 64 keys); the flash engine's AMX dataflow
-// uses amx_tile.h directly.
+// vector kernels' layouts (Floyd's generic algorithm, where its AMX dataflow does not apply); the
+// flash engine's and Floyd's AMX dataflows use amx_tile.h directly.
 //
 // Included by gemm_ukernel.h (after its GemmMode). Same contract as gemm<Ops512Bf16>: C (mode)=
 // A * B, K counted in bf16 pairs, A(m, k) the pair at A + m*sam + k*sak, B row k (N pairs, VNNI

@@ -75,7 +75,8 @@ struct BwdPlan {
   uint64_t shared_bytes;
 };
 
-// ---- The algorithm (floyd_attention_kernel.inc, one for every ISA build and dtype) ---------------
+// ---- The algorithm (floyd_attention_kernel.inc, one for every ISA build and dtype; bf16 at level
+// avx512_amx runs the AMX dataflow of floyd_attention_amx.h, namespace tiles below) ---------------
 // Logits live row-major ([n][m][k], k contiguous): both score GEMMs accumulate into the same rows
 // with Q / dY rows as the broadcast operand, against K/V slices packed once ("B along d":
 // [d/KP][k][KP]; "B along k": [k/KP][d][KP]; KP = 2 for bf16 pairs, 1 otherwise). K1/V1 slices of

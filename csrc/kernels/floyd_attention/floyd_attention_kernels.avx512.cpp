@@ -1,7 +1,9 @@
 // Fused Floyd attention, AVX-512 build (-mavx512f/bw/vl/dq/bf16, FMA, F16C): the algorithm of
 // floyd_attention_kernel.inc on the AVX-512 GEMM micro-kernels, float operands or, where the ISA
-// level has AVX512_BF16, bf16 pairs (vdpbf16ps; AMX tiles through gemm<Ops512Bf16> on an AMX
-// host), with its 16-lane helpers on zmm and mask registers. Everything here lives in
+// level has AVX512_BF16, bf16 pairs (vdpbf16ps), with its 16-lane helpers on zmm and mask
+// registers. bf16 at level avx512_amx runs floyd_attention_amx.h instead (the AMX dataflow; this
+// algorithm, with AMX tiles through gemm<Ops512Bf16>, only where that one does not apply: head
+// dims above 512, or a backward whose P and dS would not fit). Everything here lives in
 // op_plugin::floyd::avx512 so no inline function is shared with other ISA builds; only the
 // C-level headers, kernels/common (simd.h, gemm_ukernel.h: their own namespace isa_avx512) and
 // op_plugin/parallel.h (ISA-neutral) are used.
