@@ -115,6 +115,17 @@ template <class X, class Y> struct IsSame { static constexpr bool value = false;
 template <class X> struct IsSame<X, X> { static constexpr bool value = true; };
 inline int64_t ru(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 inline int64_t bytes(int64_t count, int64_t size) { return ru(count * size, 64); }  // one buffer
+// Bump allocator over a 64-byte aligned region: `count` elements of X, rounded up to 64 bytes
+// (bytes(), as the sizes here count them). Both Floyd algorithms carve their slots with it.
+struct Carve {
+  char* p;
+  template <class X>
+  X* take(int64_t count) {
+    X* r = reinterpret_cast<X*>(p);
+    p += bytes(count, static_cast<int64_t>(sizeof(X)));
+    return r;
+  }
+};
 inline int64_t key_block(int64_t K) {
   if (K <= 0) return 16;
   const int64_t blocks = ceil_div(K, kMaxKeyBlock);

@@ -40,6 +40,7 @@ namespace amx_flow {
 
 namespace isa = ::op_plugin::isa_avx512;
 namespace amx = ::op_plugin::isa_avx512::amx;
+using fast::Carve;
 using isa::imin;
 using tiles::TN;
 using tiles::TM;
@@ -59,17 +60,6 @@ inline void pack_transposed_panels(const uint16_t* x, int64_t ld, const tiles::D
 inline void pack_key_pairs(const uint16_t* x, int64_t ld, const tiles::Dims& z, int64_t K, int64_t D, uint16_t* xp) {
   amx::pack_b_rows(x, ld, K, D, xp, z.vld, z.Kp);
 }
-
-// Bump allocator over the task's 64-byte aligned slot (sizes as tiles::fwd_slot counts them).
-struct Carve {
-  char* p;
-  template <class X>
-  X* take(int64_t count) {
-    X* r = reinterpret_cast<X*>(p);
-    p += fast::bytes(count, static_cast<int64_t>(sizeof(X)));
-    return r;
-  }
-};
 
 // The first `left` of 16 lanes (none for left <= 0).
 inline __mmask16 lanes(int64_t left) {
