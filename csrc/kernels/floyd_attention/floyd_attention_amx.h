@@ -432,7 +432,9 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
                       static_cast<size_t>(16 * (Np - n_written)) * 2);
     }
   });
-  const int64_t nMB = ceil_div(M, TM), m_written = nMB * TM;
+  // The m blocks' quads write every pair row of m up to Mp (dK1 / dV1 contract over all of them,
+  // zeros past M), which whole blocks of 32 rows reach exactly.
+  static_assert(TM % 32 == 0, "m blocks of whole 32-row pair panels");
   op_plugin::parallel_for(0, nNB, 1, [&](int64_t begin, int64_t end) {
     Carve c{static_cast<char*>(workspace) + p.shared_bytes + p.scratch_bytes * op_plugin::thread_num()};
     uint16_t* k1t = c.take<uint16_t>(TN * z.kt);
@@ -455,10 +457,6 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
     uint16_t* stage = c.take<uint16_t>(z.Dv * Mp);
     float* ck = c.take<float>(z.Dv * ldc);
     float* cv = c.take<float>(z.Dv * ldc);
-    // pairs of m past the m blocks' rows are zero (dK1 / dV1 contract over all Mp rows)
-    for (int64_t i = 0; i < TN * z.Kp / 16 && m_written < Mp; ++i)
-      for (uint16_t* buf : {p1, ds1})
-        std::memset(buf + i * 16 * Mp + 16 * m_written, 0, static_cast<size_t>(16 * (Mp - m_written)) * 2);
     amx::TileScope tile_config;
     for (int64_t nbi = begin; nbi < end; ++nbi) {
       const int64_t n0 = nbi * TN, nb = imin(TN, N - n0);
