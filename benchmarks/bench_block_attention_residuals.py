@@ -56,15 +56,15 @@ def measure_peak(impl: str, T: int, N: int, H: int, dtype_name: str) -> float:
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:
-    from common import median_seconds, memcpy_bandwidth_gbs, peak_extra_memory_mb
+    from common import interleaved_medians, memcpy_bandwidth_gbs, peak_extra_memory_mb
 
     T, N, H = (1024, 8, 1024) if quick else (8192, 8, 4096)
     bandwidth = memcpy_bandwidth_gbs()
     rows = []
     for name, dtype in DTYPES.items():
         xs, grad = make_inputs(T, N, H, dtype)
-        t_ours = median_seconds(lambda: step("op_plugin", xs, grad), repeat=5)
-        t_torch = median_seconds(lambda: step("torch", xs, grad), repeat=3)
+        t_ours, t_torch = interleaved_medians([lambda: step("op_plugin", xs, grad), lambda: step("torch", xs, grad)],
+                                              [5, 3])
         gbs = bytes_moved(T, N, H, dtype) / t_ours / 1e9
         mem_ours = peak_extra_memory_mb("bench_block_attention_residuals", "measure_peak", "op_plugin", T, N, H, name)
         mem_torch = peak_extra_memory_mb("bench_block_attention_residuals", "measure_peak", "torch", T, N, H, name)

@@ -99,7 +99,7 @@ def measure_peak(impl: str, B: int, N: int, S: int, D: int, dtype_name: str, mod
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:
-    from common import gemm_peak_gflops, median_seconds, peak_extra_memory_mb
+    from common import gemm_peak_gflops, interleaved_medians, peak_extra_memory_mb
 
     dense = (1, 8, 512 if quick else 2048, 128)
     window = (1, 8, 1024 if quick else 8192, 64)
@@ -115,8 +115,8 @@ def run(quick: bool = False) -> list[dict[str, object]]:
             mask = band(S, W) if mode == "window" else None
             for backward in (False, True):
                 repeat = 3 if (mode == "window" and backward) else 5
-                t_ours = median_seconds(lambda: run_op(xs, mode, W, backward), repeat=5)
-                t_torch = median_seconds(lambda: run_sdpa(xs, mode, mask, backward), repeat=repeat)
+                t_ours, t_torch = interleaved_medians(
+                    [lambda: run_op(xs, mode, W, backward), lambda: run_sdpa(xs, mode, mask, backward)], [5, repeat])
                 gflops = useful_flops(B, N, S, D, mode, W, backward) / t_ours / 1e9
                 if backward:
                     args = (B, N, S, D, name, mode, W)

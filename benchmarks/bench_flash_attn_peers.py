@@ -110,7 +110,7 @@ def useful_window_flops(S: int, W: int, D: int) -> float:
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:
-    from common import gemm_peak_gflops, median_seconds, peak_extra_memory_mb
+    from common import gemm_peak_gflops, interleaved_medians, median_seconds, peak_extra_memory_mb
 
     rows = []
     S, W, D = (1024, 128, 64) if quick else (8192, 512, 64)
@@ -119,7 +119,7 @@ def run(quick: bool = False) -> list[dict[str, object]]:
         peak = gemm_peak_gflops(dtype)
         ours, flex = flex_window(S, W, D, dtype)
         flex()  # compile outside the timing
-        t_ours, t_flex = median_seconds(ours, repeat=7), median_seconds(flex, repeat=7)
+        t_ours, t_flex = interleaved_medians([ours, flex], [7, 7])
         flops = useful_window_flops(S, W, D)
         rows.append({"workload": f"flash_attn fwd window W={W} B=1 N=8 S={S} D={D} vs FlexAttention (compiled)",
                      "dtype": name, "op_plugin_s": t_ours, "pytorch_s": t_flex, "speedup": t_flex / t_ours,
@@ -127,7 +127,7 @@ def run(quick: bool = False) -> list[dict[str, object]]:
                                    f"(GEMM peak {peak:.0f})", "peak_extra_mb": "-"})
         for backward in (False, True):
             ours, padded = tnd_vs_padded(lengths, 128, dtype, backward)
-            t_ours, t_pad = median_seconds(ours, repeat=5), median_seconds(padded, repeat=3)
+            t_ours, t_pad = interleaved_medians([ours, padded], [5, 3])
             pairs = sum(n * (n + 1) // 2 for n in lengths)
             flops = 4.0 * 8 * pairs * 128 * (3.5 if backward else 1.0)
             rows.append({"workload": f"flash_attn {'fwd+bwd' if backward else 'fwd'} TND causal 8 seqs T={sum(lengths)} "

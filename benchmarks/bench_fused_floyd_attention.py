@@ -101,15 +101,15 @@ def measure_large(S: int, dtype_name: str) -> list[float]:
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:
-    from common import gemm_peak_gflops, median_seconds, peak_extra_memory_mb
+    from common import gemm_peak_gflops, interleaved_medians, peak_extra_memory_mb
 
     S = 64 if quick else 256
     rows = []
     for name, dtype in DTYPES.items():
         peak = gemm_peak_gflops(dtype)
         xs, mask, grad = make_inputs(S, dtype)
-        t_ours = median_seconds(lambda: step("op_plugin", xs, mask, grad), repeat=5)
-        t_torch = median_seconds(lambda: step("torch", xs, mask, grad), repeat=5)
+        t_ours, t_torch = interleaved_medians(
+            [lambda: step("op_plugin", xs, mask, grad), lambda: step("torch", xs, mask, grad)], [5, 5])
         gflops = flops(S) / t_ours / 1e9
         mem_ours = peak_extra_memory_mb("bench_fused_floyd_attention", "measure_peak", "op_plugin", S, name)
         mem_torch = peak_extra_memory_mb("bench_fused_floyd_attention", "measure_peak", "torch", S, name)

@@ -125,7 +125,7 @@ def train_step_row(quick: bool = False) -> dict[str, object]:
     (2 attention and 2 block-residual calls a layer, each forward and backward) is a visible share."""
     from op_plugin.models import ModelConfig, train
 
-    from common import median_seconds
+    from common import interleaved_medians
 
     cfg = ModelConfig(d_model=256, n_heads=4, n_kv_heads=2, head_dim=64, mlp_hidden=768,
                       layers=("window", "window", "window", "causal"), window=128, layers_per_block=2)
@@ -134,12 +134,13 @@ def train_step_row(quick: bool = False) -> dict[str, object]:
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (1, S), generator=g)
     y = torch.randint(0, cfg.vocab_size, (1, S), generator=g)
-    times = {}
+    steps = []
     for impl in train.IMPLS:
         model = train.make_model(impl, cfg, 0, torch.float32)
         opt = train.make_optimizer(model, tc)
-        times[impl] = median_seconds(lambda m=model, o=opt: train.train_step(m, o, x, y, 1e-4, tc.clip),
-                                     repeat=5 if quick else 21, warmup=3)
+        steps.append(lambda m=model, o=opt: train.train_step(m, o, x, y, 1e-4, tc.clip))
+    repeat = 5 if quick else 21
+    times = dict(zip(train.IMPLS, interleaved_medians(steps, [repeat] * len(steps), warmup=3)))
     return {"workload": f"train step S={S} d=256 GQA 4:2 W=128 vs plain PyTorch", "dtype": "float32",
             "op_plugin_s": times["op_plugin"], "pytorch_s": times["reference"],
             "speedup": times["reference"] / times["op_plugin"],

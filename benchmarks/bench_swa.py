@@ -53,7 +53,7 @@ def sdpa(xs, band: torch.Tensor, backward: bool) -> None:
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:
-    from common import gemm_peak_gflops, median_seconds
+    from common import gemm_peak_gflops, interleaved_medians
 
     S, W, D = (1024, 128, 64) if quick else (8192, 512, 64)
     i = torch.arange(S).view(-1, 1)
@@ -67,11 +67,9 @@ def run(quick: bool = False) -> list[dict[str, object]]:
         for backward in (False, True):
             what = "fwd+bwd" if backward else "fwd"
             flops = 4.0 * 8 * pairs * D * (3.5 if backward else 1.0)
-            t_swa = median_seconds(lambda: swa(xs, W, backward), repeat=7)
-            t_sdpa = median_seconds(lambda: sdpa(xs, band, backward), repeat=3)
-            t_flash = median_seconds(lambda: flash(xs, W, backward), repeat=7)
-            t_drop = median_seconds(lambda: swa(xs, W, backward, keep_prob=0.9), repeat=7)
-            t_swa = min(t_swa, median_seconds(lambda: swa(xs, W, backward), repeat=7))  # interleaved re-measure
+            t_swa, t_sdpa, t_flash, t_drop = interleaved_medians(
+                [lambda: swa(xs, W, backward), lambda: sdpa(xs, band, backward), lambda: flash(xs, W, backward),
+                 lambda: swa(xs, W, backward, keep_prob=0.9)], [7, 3, 7, 7])
             gflops = f"{flops / t_swa / 1e9:.0f} useful GFLOP/s = {100 * flops / t_swa / 1e9 / peak:.0f}% of GEMM peak"
             shape = f"sparse_mode 4 band {W} B=1 N=8 S={S} D={D}"
             rows += [

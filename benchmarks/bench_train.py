@@ -37,7 +37,7 @@ def measure_peak(impl: str, dtype_name: str, quick: bool) -> float:
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:
-    from common import median_seconds, peak_extra_memory_mb
+    from common import interleaved_medians, peak_extra_memory_mb
     from op_plugin.models import train
 
     cfg = config(quick)
@@ -54,8 +54,7 @@ def run(quick: bool = False) -> list[dict[str, object]]:
             model = train.make_model(impl, cfg, 0, dtype)
             opt = train.make_optimizer(model, tc)
             steps[impl] = (lambda m=model, o=opt: train.train_step(m, o, x, y, 1e-4, tc.clip))
-        t_ours = median_seconds(steps["op_plugin"], repeat=3)
-        t_ref = median_seconds(steps["reference"], repeat=3)
+        t_ours, t_ref = interleaved_medians([steps["op_plugin"], steps["reference"]], [3, 3])
         mem_ours = peak_extra_memory_mb("bench_train", "measure_peak", "op_plugin", name, quick)
         mem_ref = peak_extra_memory_mb("bench_train", "measure_peak", "reference", name, quick)
         layers = "/".join(k[0].upper() for k in cfg.layers)

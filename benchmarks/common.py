@@ -13,9 +13,9 @@ import sys
 
 import torch
 
-from op_plugin.timing import median_seconds
+from op_plugin.timing import interleaved_medians, median_seconds
 
-__all__ = ["median_seconds", "memcpy_bandwidth_gbs", "gemm_peak_gflops", "peak_extra_memory_mb",
+__all__ = ["interleaved_medians", "median_seconds", "memcpy_bandwidth_gbs", "gemm_peak_gflops", "peak_extra_memory_mb",
            "run_in_fresh_process", "rss_mb", "reset_peak_rss", "peak_rss_mb"]
 
 
