@@ -314,7 +314,7 @@ static FwdResult run_fwd(const Case& c, const Inputs& in, opDataType dt, const o
                                         false, "", opt(in.sink), c.seed, c.offset, &r.out.t, &r.mx.t, &r.sm.t,
                                         &r.sout.t, &r.seed, &r.offset, &r.numels, &ws_size, &ex);
   if (r.status != OP_SUCCESS) return r;
-  std::vector<unsigned char> ws(ws_size + 64);
+  std::vector<unsigned char> ws(ws_size + 64, 0xff);  // NaN bytes: the kernel may not rely on a zeroed workspace
   r.status = SwaForward(ws.data(), ws_size, ex, nullptr);
   return r;
 }
@@ -342,7 +342,7 @@ static BwdResult run_bwd(const Case& c, const Inputs& in, opDataType dt, const F
       g.tnd ? &in.aq_arr : nullptr, g.tnd ? &in.akv_arr : nullptr, c.mode, true, false, "", opt(in.sink), &r.dq.t,
       &r.dk.t, &r.dv.t, &r.dpse.t, &r.dsink.t, &ws_size, &ex);
   if (r.status != OP_SUCCESS) return r;
-  std::vector<unsigned char> ws(ws_size + 64);
+  std::vector<unsigned char> ws(ws_size + 64, 0xff);  // NaN bytes: the kernel may not rely on a zeroed workspace
   r.status = SwaBackward(ws.data(), ws_size, ex, nullptr);
   return r;
 }
