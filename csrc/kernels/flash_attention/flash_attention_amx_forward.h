@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/amx_tile.h"
 #include "kernels/common/counter_rng.h"
@@ -148,7 +149,6 @@ struct AmxForward {
         // P rows past `rows` stay zero for the whole task (the PV GEMM runs over whole 16-row tiles).
         std::memset(pa + part * ppart + rows * kLdP, 0, static_cast<size_t>((rows16 - rows) * kLdP) * 2);
       }
-      std::memset(o, 0, sizeof(float) * static_cast<size_t>(rows16 * ldO));
     }
 
     const float c2 = static_cast<float>(p.scale * kLog2e);  // logits in log2 units
@@ -198,9 +198,24 @@ struct AmxForward {
       amx::gemm_parts<false, kParts>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, qpart,
                                      pan.k + (it.j0 / 16) * 16 * Dpad, 16 * Dpad, pan.kpart, it.s, kLdS, between);
     };
+    // O is not zeroed first: a strip's first O += P V writes it (O = P V); the softmax's rescale of
+    // the strip's O rows just before it scales values that write then replaces. A strip no key
+    // block reaches holds only rows that see no key, which finalize_rows writes as zeros without
+    // reading O.
+    static_assert(flash::kAmxPartsBlockQ / 32 <= 32 && flash::kAmxBlockQ / 32 <= 32, "a bit per 32-row strip");
+    uint32_t strips_written = 0;
     auto pv = [&](const Item& it) {
-      amx::gemm_parts<true, kParts>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, ppart, pan.v + 32 * (it.j0 / 2), pan.vld,
-                                    pan.vpart, o + it.r0 * ldO, ldO, [] {});
+      const uint32_t bit = uint32_t{1} << (it.r0 / 32);
+      auto run = [&](auto accumulate) {
+        amx::gemm_parts<decltype(accumulate)::value, kParts>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, ppart,
+                                                             pan.v + 32 * (it.j0 / 2), pan.vld, pan.vpart,
+                                                             o + it.r0 * ldO, ldO, [] {});
+      };
+      if (strips_written & bit)
+        run(std::true_type{});
+      else
+        run(std::false_type{});
+      strips_written |= bit;
     };
     Item pending{};  // the item whose scores are computed and whose softmax and O += P V are not
     bool has_pending = false;
