@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/amx_tile.h"
 #include "kernels/common/counter_rng.h"
@@ -394,8 +395,10 @@ struct AmxBackward {
     for (int64_t j0 = jbeg; j0 < jend; j0 += Bc) {
       const int64_t nc = imin(Bc, skv - j0), ncp = pad32(nc);
       const int64_t ilo = imax(0, w.first_row(j0)), ihi = imin(sq - 1, w.last_row(j0 + nc - 1));
-      std::memset(dkacc, 0, sizeof(float) * static_cast<size_t>(ncp * ldK));
-      std::memset(dvacc, 0, sizeof(float) * static_cast<size_t>(ncp * ldV));
+      // dK / dV are not zeroed first: each strip's products write the key rows no earlier strip
+      // wrote and accumulate into the others. Both ends of a strip's rows [klo, khi) only grow with
+      // the strip's queries, so the rows written so far are one range [wlo, whi).
+      int64_t wlo = -1, whi = 0;
       for (int64_t i0 = ilo & ~int64_t(31); i0 <= ihi; i0 += Br) {
         const int64_t nq = pad32(imin(Br, ihi + 1 - i0));
         // The block's key rows [klo, khi) some query of the strip sees (a multiple of 32 each):
@@ -421,16 +424,31 @@ struct AmxBackward {
         }
         {
           OP_PROFILE_SCOPE(kGemm);
-          amx::gemm_parts<true, kParts>(nk, Dvp, nq, pt + klo * ldA, ldA, apart, qd.dop + 32 * (i0 / 2), 16 * qd.ld,
-                                        qd.doppart, dvacc + klo * ldV, ldV, [] {});
-          amx::gemm_parts<true, kParts>(nk, Dp, nq, dst + klo * ldA, ldA, apart, qd.qp + 32 * (i0 / 2), 16 * qd.ld,
-                                        qd.qppart, dkacc + klo * ldK, ldK, [] {});
+          auto dv_dk = [&](auto accumulate, int64_t r0, int64_t r1) {  // key rows [r0, r1)
+            constexpr bool kAcc = decltype(accumulate)::value;
+            if (r1 <= r0) return;
+            amx::gemm_parts<kAcc, kParts>(r1 - r0, Dvp, nq, pt + r0 * ldA, ldA, apart, qd.dop + 32 * (i0 / 2),
+                                          16 * qd.ld, qd.doppart, dvacc + r0 * ldV, ldV, [] {});
+            amx::gemm_parts<kAcc, kParts>(r1 - r0, Dp, nq, dst + r0 * ldA, ldA, apart, qd.qp + 32 * (i0 / 2),
+                                          16 * qd.ld, qd.qppart, dkacc + r0 * ldK, ldK, [] {});
+          };
+          if (wlo < 0) wlo = klo;
+          dv_dk(std::true_type{}, klo, imin(khi, whi));
+          dv_dk(std::false_type{}, imax(klo, whi), khi);
+          whi = imax(whi, khi);
           amx::gemm_parts<true, kParts>(Dp, nq, nk, kv.kt + j0 + klo, kv.ld, kv.ktpart, dsp + 16 * klo, 16 * Bc, dspart,
                                         dqt + i0, ldq, [] {});
         }
       }
-      // dK (scaled) and dV of this key block, or their GQA partial
+      // dK (scaled) and dV of this key block, or their GQA partial; key rows no query of the
+      // chunk sees are zero
       OP_PROFILE_SCOPE(kOther);
+      if (wlo < 0) wlo = whi = 0;
+      for (int64_t j = 0; j < nc; ++j)
+        if (j < wlo || j >= whi) {
+          std::memset(dkacc + j * ldK, 0, sizeof(float) * static_cast<size_t>(D));
+          std::memset(dvacc + j * ldV, 0, sizeof(float) * static_cast<size_t>(Dv));
+        }
       for (int64_t j = 0; j < nc; ++j) {
         if (direct) {
           store_row<float, true>(out_kind, dkacc + j * ldK, dk + (j0 + j) * p.dk_row_stride * ob, D, sc_out,
