@@ -452,9 +452,9 @@ struct AmxBackward {
       for (int64_t j = 0; j < nc; ++j) {
         if (direct) {
           store_row<float, true>(out_kind, dkacc + j * ldK, dk + (j0 + j) * p.dk_row_stride * ob, D, sc_out,
-                                 tmp + 16 * ldK);
+                                 tmp + 16 * ldK, /*stream=*/true);
           store_row<float, true>(out_kind, dvacc + j * ldV, dv + (j0 + j) * p.dv_row_stride * ob, Dv, 1.0f,
-                                 tmp + 16 * ldK);
+                                 tmp + 16 * ldK, /*stream=*/true);
         } else {
           float* row = partial + ((prow0 + j0 + j) * p.heads_q + n) * (Dp + Dvp);
           std::memcpy(row, dkacc + j * ldK, sizeof(float) * static_cast<size_t>(D));
@@ -462,6 +462,8 @@ struct AmxBackward {
         }
       }
     }
+
+    _mm_sfence();  // the streamed dK / dV rows are visible when the task returns
 
     // dQ: the task's [D][Sq] block transposed back into rows, 16 x 16 at a time; the rows outside
     // [qlo, qhi] got nothing from this chunk and are written as zeros
@@ -485,7 +487,8 @@ struct AmxBackward {
         if (C > 1)
           std::memcpy(dqpart + i * dqpart_ld, row, sizeof(float) * static_cast<size_t>(D));
         else
-          store_row<float, true>(out_kind, row, dq + i * p.dq_row_stride * ob, D, sc_out, tmp + 16 * ldK);
+          store_row<float, true>(out_kind, row, dq + i * p.dq_row_stride * ob, D, sc_out, tmp + 16 * ldK,
+                                 /*stream=*/true);
       }
     }
     if (C > 1) {
@@ -494,6 +497,7 @@ struct AmxBackward {
     }
     for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
     zero_kv_padding();
+    _mm_sfence();  // and the streamed dQ rows
   }
 
   // P^T and dS^T of key rows j0 + [klo, khi) against queries i0 + [0, nq) (vectors of 16 queries):

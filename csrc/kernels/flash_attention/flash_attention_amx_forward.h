@@ -261,7 +261,8 @@ struct AmxForward {
       pv(pending);
     }
     OP_PROFILE_SCOPE(kOther);
-    finalize_rows<float, true>(p, out_kind, b, n, i0, rows, w, sink, m0, m, l, o, ldO, tmp);
+    finalize_rows<float, true>(p, out_kind, b, n, i0, rows, w, sink, m0, m, l, o, ldO, tmp, /*stream=*/true);
+    _mm_sfence();  // the streamed output rows are visible when the task returns
   }
 
   // One query row i over keys j0 .. j0 + nk - 1 (nk a multiple of 32): x = c2 * S (+ bias),
