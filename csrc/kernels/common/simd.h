@@ -539,6 +539,28 @@ inline void cvt_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
+#if defined(OP_AVX512_BF16)
+// A bf16 output row, dst[c] = bf16(src[c] * scale), in one pass (AVX512_BF16). `stream`: a row of
+// whole cache lines (n a multiple of 32, dst 64-byte aligned) takes non-temporal stores, which do
+// not read the lines in first (an output larger than the caches is otherwise read from memory
+// only to be overwritten); the caller fences (_mm_sfence) before its results are used.
+inline void store_bf16_row(const float* src, uint16_t* dst, int64_t n, float scale, bool stream) {
+  const __m512 f = _mm512_set1_ps(scale);
+  if (stream && n % 32 == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
+    for (int64_t c = 0; c < n; c += 32)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + c),
+                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + c + 16), f),
+                                                       _mm512_mul_ps(_mm512_loadu_ps(src + c), f)));
+    return;
+  }
+  for (int64_t c = 0; c < n; c += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - c >= 16 ? 0xffffu : (1u << (n - c)) - 1u);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c), f);
+    _mm256_mask_storeu_epi16(dst + c, m, (__m256i)_mm512_cvtneps_pbh(x));
+  }
+}
+#endif
+
 inline void cvt_bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
 #if defined(OP_AVX512)

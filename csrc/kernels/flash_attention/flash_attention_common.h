@@ -32,35 +32,13 @@ constexpr double kLn2 = 0.6931471805599453;
 // Output element kinds.
 enum Out : int { kOutF32 = 0, kOutF64 = 1, kOutBf16 = 2, kOutF16 = 3 };
 
-#if defined(OP_AVX512_BF16)
-// A bf16 output row, dst[c] = bf16(src[c] * scale), in one pass. `stream`: a row of whole cache
-// lines (n a multiple of 32, dst 64-byte aligned) takes non-temporal stores, which do not read the
-// lines in first (an output larger than the caches is otherwise read from memory to be
-// overwritten); the task that streams fences (_mm_sfence) before it returns.
-inline void store_row_bf16(const float* src, uint16_t* dst, int64_t n, float scale, bool stream) {
-  const __m512 f = _mm512_set1_ps(scale);
-  if (stream && n % 32 == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
-    for (int64_t c = 0; c < n; c += 32)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + c),
-                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + c + 16), f),
-                                                       _mm512_mul_ps(_mm512_loadu_ps(src + c), f)));
-    return;
-  }
-  for (int64_t c = 0; c < n; c += 16) {
-    const __mmask16 m = static_cast<__mmask16>(n - c >= 16 ? 0xffffu : (1u << (n - c)) - 1u);
-    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c), f);
-    _mm256_mask_storeu_epi16(dst + c, m, (__m256i)_mm512_cvtneps_pbh(x));
-  }
-}
-#endif
-
-// `stream` (the AMX paths, which fence): bf16 rows of whole cache lines stream (store_row_bf16).
+// `stream` (the AMX paths, which fence): bf16 rows of whole cache lines stream (store_bf16_row).
 template <class S, bool kNativeBf16>
 inline void store_row(int out_kind, const S* src, void* dst, int64_t n, S scale, float* tmp, bool stream = false) {
 #if defined(OP_AVX512_BF16)
   if constexpr (std::is_same_v<S, float> && kNativeBf16) {
     if (out_kind == kOutBf16) {
-      store_row_bf16(src, static_cast<uint16_t*>(dst), n, scale, stream);
+      store_bf16_row(src, static_cast<uint16_t*>(dst), n, scale, stream);
       return;
     }
   }

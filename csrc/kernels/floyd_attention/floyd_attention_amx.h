@@ -66,26 +66,6 @@ inline __mmask16 lanes(int64_t left) {
   return left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// dst[d] = src[d] * f as bf16 for d < D: a row of an output. `stream` (D a multiple of 32, dst
-// 64-byte aligned): non-temporal stores of whole lines, which are not read in first (the kernel
-// does not read its outputs back); the caller fences before returning.
-inline void write_row(uint16_t* dst, const float* src, V f, int64_t D, bool stream) {
-  if (stream) {
-    for (int64_t d = 0; d < D; d += 32)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + d),
-                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d + 16), f),
-                                                       _mm512_mul_ps(_mm512_loadu_ps(src + d), f)));
-    return;
-  }
-  for (int64_t d = 0; d < D; d += 16) {
-    const __mmask16 dm = lanes(D - d);
-    _mm256_mask_storeu_epi16(dst + d, dm, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d), f)));
-  }
-}
-inline bool streams(const void* base, int64_t D) {
-  return D % 32 == 0 && reinterpret_cast<uintptr_t>(base) % 64 == 0;
-}
-
 // Mask bits of a row n's keys in a block (kbp / 16 vectors, kv keys real) from its mask row (null:
 // no mask); true when one is set.
 inline bool key_mask_bits(const uint8_t* mrow, int64_t kv, int64_t kbp, __mmask16* mk) {
@@ -280,14 +260,13 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
         }
         OP_PROFILE_SCOPE(kOther);
         uint16_t* out = static_cast<uint16_t*>(p.out) + bh * N * M * D;
-        const bool stream_out = streams(p.out, D);
         float* smax = static_cast<float*>(p.softmax_max) + bh * N * M * 8;
         float* ssum = static_cast<float*>(p.softmax_sum) + bh * N * M * 8;
         for (int64_t n = 0; n < nb; ++n)
           for (int64_t m = 0; m < mb; ++m) {
             const int64_t r = n * TM + m, g = (n0 + n) * M + m0 + m;
-            const V inv = _mm512_set1_ps(rsum[r] > 0.0f ? 1.0f / rsum[r] : 0.0f);
-            write_row(out + g * D, o + r * z.ldo, inv, D, stream_out);
+            const float inv = rsum[r] > 0.0f ? 1.0f / rsum[r] : 0.0f;
+            isa::store_bf16_row(o + r * z.ldo, out + g * D, D, inv, /*stream=*/true);
             _mm256_storeu_ps(smax + g * 8, _mm256_set1_ps(rmax[r]));
             _mm256_storeu_ps(ssum + g * 8, _mm256_set1_ps(rsum[r]));
           }
@@ -405,7 +384,6 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
   const float* smax = static_cast<const float*>(p.softmax_max) + bh * N * M * 8;
   const float* ssum = static_cast<const float*>(p.softmax_sum) + bh * N * M * 8;
   uint16_t* dQ = static_cast<uint16_t*>(p.dq) + bh * N * M * D;
-  const bool stream_dq = streams(p.dq, D);
   uint16_t* dK1 = static_cast<uint16_t*>(p.dk1) + bh * N * K * D;
   uint16_t* dV1 = static_cast<uint16_t*>(p.dv1) + bh * N * K * D;
   uint16_t* dK2 = static_cast<uint16_t*>(p.dk2) + bh * K * M * D;
@@ -571,7 +549,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
         for (int64_t n = 0; n < nb; ++n)
           for (int64_t m = 0; m < mb; ++m) {
             const int64_t r = n * TM + m, g = (n0 + n) * M + m0 + m;
-            write_row(dQ + g * D, dq + r * z.ldo, _mm512_set1_ps(1.0f), D, stream_dq);
+            isa::store_bf16_row(dq + r * z.ldo, dQ + g * D, D, 1.0f, /*stream=*/true);
           }
       }
       // dK1[n]^T = Q[n]^T dS[n], dV1[n]^T = dY[n]^T P[n], contracting all M rows.
