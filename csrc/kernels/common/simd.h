@@ -282,12 +282,12 @@ struct Ops512Base {
   // r = x - n, 2^r by a degree-5 minimax polynomial on [-0.5, 0.5] (relative error 2.3e-7, about
   // 2 ulp; degree 6 buys nothing a bf16 P or an fp32 sum can show), then vscalefps. x < -125
   // gives exactly 0, so masked (-inf) logits contribute nothing, by a lane mask rather than by
-  // letting vscalefps underflow (see exp2); NaN propagates (max returns its second operand, the
-  // unordered compare keeps the lane). Used by the AMX dataflow, where the exp is most of the
-  // vector work: 2 instructions fewer than exp2 (no top clamp, degree 5).
+  // letting vscalefps underflow (see exp2); so no bottom clamp either: the lanes it would guard
+  // (below -125, -inf making r NaN) are the masked ones. NaN propagates (the unordered compare
+  // keeps the lane). Used by the AMX dataflow, where the exp is most of the vector work: 3
+  // instructions fewer than exp2 (no clamps, degree 5).
   static V exp2_nonpositive(V x) {
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
-    x = _mm512_max_ps(_mm512_set1_ps(-125.0f), x);
     const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const V r = _mm512_sub_ps(x, n);
     V q = _mm512_set1_ps(1.327647129073739e-3f);
