@@ -270,42 +270,49 @@ void stage_amx_backward(const FlashAttnBwdParams& p, const Plan& plan, void* ws,
         std::memset(qt + part * a.qtpart + written * Dpad, 0, static_cast<size_t>((a.ld - written) * Dpad) * 2);
         std::memset(dot + part * a.dotpart + written * Dvpad, 0, static_cast<size_t>((a.ld - written) * Dvpad) * 2);
       }
-      if constexpr (kParts == 1) {
-        const uint16_t* q = static_cast<const uint16_t*>(p.q) + q_off;
-        const uint16_t* dO = static_cast<const uint16_t*>(p.dout) + o_off;
-        amx::pack_b_transposed(q, p.q_row_stride, sq, D, qt, Dpad);
-        amx::pack_b_transposed(dO, p.o_row_stride, sq, Dv, dot, Dvpad);
-        amx::pack_b_rows(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld);
-        amx::pack_b_rows(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld);
-      } else {
-        using T = amx::PartsInput<kParts>;
-        const T* q = static_cast<const T*>(p.q) + q_off;
-        const T* dO = static_cast<const T*>(p.dout) + o_off;
-        amx::pack_b_transposed_split<kParts>(q, p.q_row_stride, sq, D, qt, Dpad, a.qtpart);
-        amx::pack_b_transposed_split<kParts>(dO, p.o_row_stride, sq, Dv, dot, Dvpad, a.dotpart);
-        amx::pack_b_rows_split<kParts>(q, p.q_row_stride, sq, D, const_cast<uint16_t*>(a.qp), 16 * a.ld, a.ld,
-                                       a.qppart);
-        amx::pack_b_rows_split<kParts>(dO, p.o_row_stride, sq, Dv, const_cast<uint16_t*>(a.dop), 16 * a.ld, a.ld,
-                                       a.doppart);
-      }
+      // In chunks of 64 query rows, so that each layout after the first reads its rows from L1:
+      // Q and dO are read from memory once for their two layouts each (and dO once more with O for
+      // Delta), not two and three times.
+      constexpr int64_t kChunk = 64;
       float* lse2 = const_cast<float*>(a.lse2);
       float* delta = const_cast<float*>(a.delta);
       const int64_t lse_base = b * p.lse_batch_stride + n * p.lse_head_stride + p.q_start[b] * p.lse_row_stride;
-      for (int64_t i = 0; i < a.ld; ++i) {
-        if (i >= sq) {
-          lse2[i] = INFINITY;
-          delta[i] = 0.0f;
-          continue;
+      for (int64_t r0 = 0; r0 < imax(sq, 1); r0 += kChunk) {
+        const int64_t rows = imax(0, imin(kChunk, sq - r0));
+        const int64_t pairs_to = r0 + kChunk >= sq ? a.ld - r0 : kChunk;  // the last chunk zeroes the pairs past Sq
+        uint16_t* qp = const_cast<uint16_t*>(a.qp) + 32 * (r0 / 2);
+        uint16_t* dop = const_cast<uint16_t*>(a.dop) + 32 * (r0 / 2);
+        if constexpr (kParts == 1) {
+          const uint16_t* q = static_cast<const uint16_t*>(p.q) + q_off + r0 * p.q_row_stride;
+          const uint16_t* dO = static_cast<const uint16_t*>(p.dout) + o_off + r0 * p.o_row_stride;
+          amx::pack_b_transposed(q, p.q_row_stride, rows, D, qt + r0 * Dpad, Dpad);
+          amx::pack_b_rows(q, p.q_row_stride, rows, D, qp, 16 * a.ld, pairs_to);
+          amx::pack_b_transposed(dO, p.o_row_stride, rows, Dv, dot + r0 * Dvpad, Dvpad);
+          amx::pack_b_rows(dO, p.o_row_stride, rows, Dv, dop, 16 * a.ld, pairs_to);
+        } else {
+          using T = amx::PartsInput<kParts>;
+          const T* q = static_cast<const T*>(p.q) + q_off + r0 * p.q_row_stride;
+          const T* dO = static_cast<const T*>(p.dout) + o_off + r0 * p.o_row_stride;
+          amx::pack_b_transposed_split<kParts>(q, p.q_row_stride, rows, D, qt + r0 * Dpad, Dpad, a.qtpart);
+          amx::pack_b_rows_split<kParts>(q, p.q_row_stride, rows, D, qp, 16 * a.ld, pairs_to, a.qppart);
+          amx::pack_b_transposed_split<kParts>(dO, p.o_row_stride, rows, Dv, dot + r0 * Dvpad, Dvpad, a.dotpart);
+          amx::pack_b_rows_split<kParts>(dO, p.o_row_stride, rows, Dv, dop, 16 * a.ld, pairs_to, a.doppart);
         }
-        const int64_t li = lse_base + i * p.lse_row_stride;
-        const double l = p.softmax_sum ? Backward<Ops512Bf16>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li);
-        lse2[i] = static_cast<float>(l * kLog2e);
-        const int64_t r = o_off + i * p.o_row_stride;
-        if constexpr (kParts == 1)
-          delta[i] = dot_bf16(static_cast<const uint16_t*>(p.out) + r, static_cast<const uint16_t*>(p.dout) + r, Dv);
-        else
-          delta[i] = dot_rows(static_cast<const amx::PartsInput<kParts>*>(p.out) + r,
-                              static_cast<const amx::PartsInput<kParts>*>(p.dout) + r, Dv);
+        for (int64_t i = r0; i < r0 + rows; ++i) {
+          const int64_t li = lse_base + i * p.lse_row_stride;
+          const double l = p.softmax_sum ? Backward<Ops512Bf16>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li);
+          lse2[i] = static_cast<float>(l * kLog2e);
+          const int64_t r = o_off + i * p.o_row_stride;
+          if constexpr (kParts == 1)
+            delta[i] = dot_bf16(static_cast<const uint16_t*>(p.out) + r, static_cast<const uint16_t*>(p.dout) + r, Dv);
+          else
+            delta[i] = dot_rows(static_cast<const amx::PartsInput<kParts>*>(p.out) + r,
+                                static_cast<const amx::PartsInput<kParts>*>(p.dout) + r, Dv);
+        }
+      }
+      for (int64_t i = sq; i < a.ld; ++i) {
+        lse2[i] = INFINITY;
+        delta[i] = 0.0f;
       }
     }
   });
