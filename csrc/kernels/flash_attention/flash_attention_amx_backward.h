@@ -514,7 +514,8 @@ struct AmxBackward {
   // kParts 2 / 3: each in bf16 parts (part i at + i * apart, resp. + i * dspart).
   // Blocks of 32 queries outer, pairs of keys inner: a block's lse2 and Delta stay in registers,
   // every pointer steps by a constant, and each key row's 32 queries are one whole cache line of
-  // pt and of dst (the loop the other way round measured ~1.1 cycles a logit, twice its port bound).
+  // pt and of dst (the loop the other way round spilled its pointers and wrote half lines: window
+  // backward 3-4% slower, docs/decisions.md).
   template <int kFeat, int kParts>
   static void elementwise(const RowWindow& w, const AmxBwdQ& qd, int64_t i0, int64_t nq, int64_t j0, int64_t nc,
                           int64_t klo, int64_t khi, int64_t sq, float c2, float sc_out, const float* st,
