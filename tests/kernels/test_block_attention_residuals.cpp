@@ -311,7 +311,6 @@ opStatus run_forward(const Problem& p, const std::vector<T>& pb, const std::vect
   if (s != OP_SUCCESS) return s;
   std::vector<unsigned char> ws(ws_size + 64, 0xff);  // NaN bytes: the kernel may not rely on a zeroed workspace
   void* base = ws_size ? ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64 : nullptr;
-  std::memset(ws.data(), 0xA5, ws.size());  // the kernel must not rely on a zeroed workspace
   return BlockAttentionResiduals(base, ws_size, executor, nullptr);
 }
 
@@ -349,7 +348,6 @@ opStatus run_backward(const Problem& p, const std::vector<T>& pb, const std::vec
       &ws_size, &executor);
   if (s != OP_SUCCESS) return s;
   std::vector<unsigned char> ws(ws_size + 64, 0xff);  // NaN bytes: the kernel may not rely on a zeroed workspace
-  std::memset(ws.data(), 0xA5, ws.size());
   void* base = ws_size ? ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64 : nullptr;
   return BlockAttentionResidualsGrad(base, ws_size, executor, nullptr);
 }
