@@ -278,25 +278,24 @@ struct Ops512Base {
     return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
   }
   // 2^x for the softmax's arguments, x <= 0 up to rounding (x - max, or logit - lse), or small
-  // positive ones (the AMX forward's lazy max: up to 8); no clamp at the top: n = round(x),
-  // r = x - n, 2^r by a degree-5 minimax polynomial on [-0.5, 0.5] (relative error 2.3e-7, about
-  // 2 ulp; degree 6 buys nothing a bf16 P or an fp32 sum can show), then vscalefps. x < -125
-  // gives exactly 0, so masked (-inf) logits contribute nothing, by a lane mask rather than by
-  // letting vscalefps underflow (see exp2); so no bottom clamp either: the lanes it would guard
-  // (below -125, -inf making r NaN) are the masked ones. NaN propagates (the unordered compare
-  // keeps the lane). Used by the AMX dataflow, where the exp is most of the vector work: 3
-  // instructions fewer than exp2 (no clamps, degree 5).
+  // positive ones (the AMX forward's lazy max: up to 8); no clamp at the top: r = x - floor(x) in
+  // [0, 1] by one vreduceps, 2^r by a degree-5 minimax polynomial on [0, 1] (relative error
+  // 1.7e-7, about 2 ulp; degree 6 buys nothing a bf16 P or an fp32 sum can show), then
+  // vscalefps(q, x), which scales by 2^floor(x) itself. x < -125 gives exactly 0, so masked (-inf)
+  // logits contribute nothing, by a lane mask rather than by letting vscalefps underflow (see
+  // exp2): the masked lanes are never computed. NaN propagates (the unordered compare keeps the
+  // lane). Used by the AMX dataflow, where the exp is most of the vector work: 4 instructions fewer
+  // than exp2 (no clamps, no separate rounding and subtraction).
   static V exp2_nonpositive(V x) {
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
-    const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const V r = _mm512_sub_ps(x, n);
-    V q = _mm512_set1_ps(1.327647129073739e-3f);
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.675540961325169e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.550713092088699e-2f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(2.402212023735046e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(6.931469440460205e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.000000119209290e+0f));
-    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(q, n));
+    const V r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    V q = _mm512_set1_ps(1.877575414e-03f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.989339694e-03f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.582632124e-02f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(2.401536107e-01f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(6.931530833e-01f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.999999404e-01f));
+    return _mm512_maskz_scalef_ps(keep, q, x);
   }
   static V select_neginf(V cond_src, V a, V b) {
     const __mmask16 c = _mm512_cmp_ps_mask(cond_src, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
