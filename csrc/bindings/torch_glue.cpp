@@ -83,10 +83,6 @@ Workspace::Workspace(uint64_t bytes) {
   if (bytes == 0) return;
   if (bytes <= kReusedWorkspaceBytes) {
     data_ = t_workspace.reserve(bytes);
-  } else if (bytes <= kHeapWorkspaceBytes) {
-    heap_.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-    TORCH_CHECK(heap_ != nullptr, "op_plugin: out of memory for a workspace of ", bytes, " bytes");
-    data_ = heap_.get();
   } else {
     large_ = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
     data_ = large_.data_ptr();

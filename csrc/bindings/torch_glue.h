@@ -33,30 +33,23 @@ struct ExecutorDeleter {
 };
 using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
 
-// Stage 2's workspace. One of up to kReusedWorkspaceBytes reuses a buffer kept per thread: a fresh
-// allocation of a few hundred KB per call is mapped and unmapped by malloc, and its page faults
-// cost a decode-size Floyd backward several times its kernel time. Larger ones are allocated per
-// call (a kept buffer of that size would pin the memory for the thread's life): up to
-// kHeapWorkspaceBytes from malloc, which keeps a freed block of that size on its heap for the next
-// call (glibc's mmap threshold rises to it), above that from torch's allocator. Under
-// THP_MEM_ALLOC_ENABLE torch maps every large block afresh as huge pages, whose faults (zeroing,
-// compaction) made the float32 flash fwd+bwd (a 22 MB backward workspace) take 207-266 ms instead
-// of 163-179; Floyd's 70 MB workspaces are mapped afresh by malloc too, and there the huge pages
-// measured faster. A call finishes with its workspace before it returns and kernels call no op, so
-// one buffer per thread is enough.
+// Stage 2's workspace. One of up to kReusedWorkspaceBytes reuses a buffer kept per thread, grown
+// to the largest request: a fresh allocation per call is mapped by malloc or torch's allocator and
+// faulted in page by page. A few hundred KB of faults cost a decode-size Floyd backward several
+// times its kernel time; the bf16 training step's 16 MB backward workspace (S=4096, GQA) took
+// about 4,300 faults a call under THP_MEM_ALLOC_ENABLE, 4-5 ms of a 12 ms window backward
+// (docs/decisions.md, "Stage 2's workspace"). So each thread that calls ops keeps up to 32 MiB.
+// Larger ones come from torch's allocator per call: Floyd's 70 MB workspaces measured faster on
+// its huge pages than on malloc's fresh small ones. A call finishes with its workspace before it
+// returns and kernels call no op, so one buffer per thread is enough.
 class Workspace {
  public:
-  static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{8} << 20;
-  static constexpr uint64_t kHeapWorkspaceBytes = uint64_t{32} << 20;
+  static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{32} << 20;
   explicit Workspace(uint64_t bytes);
   void* data() const { return data_; }
 
  private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, Free> heap_;  // set only above kReusedWorkspaceBytes, up to kHeapWorkspaceBytes
-  at::Tensor large_;                  // set only above kHeapWorkspaceBytes
+  at::Tensor large_;  // set only above kReusedWorkspaceBytes
   void* data_ = nullptr;
 };
 
