@@ -38,13 +38,15 @@ using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
 // faulted in page by page. A few hundred KB of faults cost a decode-size Floyd backward several
 // times its kernel time; the bf16 training step's 16 MB backward workspace (S=4096, GQA) took
 // about 4,300 faults a call under THP_MEM_ALLOC_ENABLE, 4-5 ms of a 12 ms window backward
-// (docs/decisions.md, "Stage 2's workspace"). So each thread that calls ops keeps up to 32 MiB.
-// Larger ones come from torch's allocator per call: Floyd's 70 MB workspaces measured faster on
-// its huge pages than on malloc's fresh small ones. A call finishes with its workspace before it
-// returns and kernels call no op, so one buffer per thread is enough.
+// (docs/decisions.md, "Stage 2's workspace"). So each thread that calls ops keeps up to 128 MiB,
+// which holds the Floyd backward's 103 MB at B1 H4 N=M=K=256 D64; the buffer is on huge pages
+// (madvise; the host's THP mode is "madvise"), since Floyd's strided tile rows and the packed
+// panels of every op miss the TLB on small ones. Larger workspaces come from torch's allocator per
+// call. A call finishes with its workspace before it returns and kernels call no op, so one
+// buffer per thread is enough.
 class Workspace {
  public:
-  static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{32} << 20;
+  static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{128} << 20;
   explicit Workspace(uint64_t bytes);
   void* data() const { return data_; }
 
