@@ -39,10 +39,10 @@ using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
 // times its kernel time; the bf16 training step's 16 MB backward workspace (S=4096, GQA) took
 // about 4,300 faults a call under THP_MEM_ALLOC_ENABLE, 4-5 ms of a 12 ms window backward
 // (docs/decisions.md, "Stage 2's workspace"). So each thread that calls ops keeps up to 128 MiB,
-// which holds the Floyd backward's 103 MB at B1 H4 N=M=K=256 D64; the buffer is on huge pages
-// (madvise; the host's THP mode is "madvise"), since Floyd's strided tile rows and the packed
-// panels of every op miss the TLB on small ones. Larger workspaces come from torch's allocator per
-// call. A call finishes with its workspace before it returns and kernels call no op, so one
+// which holds the Floyd backward's 103 MB at B1 H4 N=M=K=256 D64. The buffer is on huge pages
+// (madvise; THP's usual mode is "madvise"): on small ones Floyd's strided tile rows miss the TLB,
+// which is why torch's huge-page allocation had measured faster for its workspace. Larger
+// workspaces come from torch's allocator per call. A call finishes with its workspace before it returns and kernels call no op, so one
 // buffer per thread is enough.
 class Workspace {
  public:
