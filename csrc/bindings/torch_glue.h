@@ -42,8 +42,8 @@ using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
 // which holds the Floyd backward's 103 MB at B1 H4 N=M=K=256 D64. The buffer is on huge pages
 // (madvise; THP's usual mode is "madvise"): on small ones Floyd's strided tile rows miss the TLB,
 // which is why torch's huge-page allocation had measured faster for its workspace. Larger
-// workspaces come from torch's allocator per call. A call finishes with its workspace before it returns and kernels call no op, so one
-// buffer per thread is enough.
+// workspaces come from torch's allocator per call. A call finishes with its workspace before it
+// returns and kernels call no op, so one buffer per thread is enough.
 class Workspace {
  public:
   static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{128} << 20;
