@@ -74,7 +74,9 @@ struct ThreadWorkspace {
       const uint64_t rounded = (want + align - 1) / align * align;
       void* grown = std::aligned_alloc(align, rounded);
       TORCH_CHECK(grown != nullptr, "op_plugin: out of memory for a workspace of ", want, " bytes");
+#ifdef MADV_HUGEPAGE  // Linux's transparent huge pages; elsewhere the buffer keeps the system's pages
       if (align == kHuge) madvise(grown, rounded, MADV_HUGEPAGE);
+#endif
       std::free(data);
       data = grown;
       bytes = rounded;
