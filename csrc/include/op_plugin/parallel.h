@@ -1,6 +1,7 @@
 // Threading for the kernels. The kernel library owns no threads: the host (the torch binding)
 // installs its pool once with opSetParallelBackend, so torch.set_num_threads is obeyed.
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 struct opParallelBackend {
@@ -35,6 +36,30 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
       begin, end, grain,
       [](void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
       const_cast<void*>(static_cast<const void*>(&f)));
+}
+
+// parallel_for whose threads claim chunks of `grain` in order from a shared counter, for loops of
+// few, long chunks: a static split makes every call wait for its slowest thread, and a core that
+// runs slower (another process on it, a busy hyperthread sibling on a shared host) would then hold
+// up the whole call. The same contract: results must not depend on which thread runs a chunk.
+template <class F>
+void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  if (begin >= end) return;
+  if (grain < 1) grain = 1;
+  const int64_t chunks = (end - begin + grain - 1) / grain;
+  const int64_t workers = chunks < max_threads() ? chunks : max_threads();
+  if (workers <= 1) {
+    f(begin, end);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t b = begin + c * grain;
+      f(b, end - b < grain ? end : b + grain);
+    }
+  });
 }
 
 }  // namespace op_plugin

@@ -41,7 +41,7 @@ void forward(const FwdParams& p, const Plan& plan, const FwdLayout& layout, void
   const RowKernels<T>& kernels = row_kernels<T>(plan.isa);
   const A eps = static_cast<A>(p.norm_eps);
   const A h_count = static_cast<A>(H);  // H = 0: mean = 0/0 = NaN, as torch's mean of nothing
-  parallel_for(0, p.shape.T, plan.rows_per_chunk, [&](int64_t t_begin, int64_t t_end) {
+  parallel_for_dynamic(0, p.shape.T, plan.rows_per_chunk, [&](int64_t t_begin, int64_t t_end) {
     for (int64_t t = t_begin; t < t_end; ++t) {
       const RowSet<T> rows = token_rows(block_res, partial_block, t, N, H);
       A* inv = inv_norm + t * R;

@@ -124,7 +124,7 @@ void backward(const BwdParams& p, const Plan& plan, const BwdLayout& layout, voi
   fill_sw(norm_weight, proj_weight, H, sw);
 
   const RowKernels<T>& kernels = row_kernels<T>(plan.isa);
-  parallel_for(0, plan.num_chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+  parallel_for_dynamic(0, plan.num_chunks, 1, [&](int64_t c_begin, int64_t c_end) {
     for (int64_t c = c_begin; c < c_end; ++c) {
       const int64_t t_begin = c * plan.rows_per_chunk;
       const int64_t t_end = t_begin + plan.rows_per_chunk < T_count

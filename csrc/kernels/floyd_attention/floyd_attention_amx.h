@@ -216,7 +216,7 @@ inline void forward_bh(const FwdPlan& p, int64_t bh, void* workspace) {
     pack_slices(V2, M, z, K, D, b, e, nullptr, v2p);
   });
   const int64_t nNB = ceil_div(N, TN);
-  op_plugin::parallel_for(0, nNB, 1, [&](int64_t begin, int64_t end) {
+  op_plugin::parallel_for_dynamic(0, nNB, 1, [&](int64_t begin, int64_t end) {
     Carve c{static_cast<char*>(workspace) + p.shared_bytes + p.scratch_bytes * op_plugin::thread_num()};
     uint16_t* k1t = c.take<uint16_t>(TN * z.kt);
     uint16_t* v1p = c.take<uint16_t>(TN * z.vp);
@@ -431,7 +431,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
   // The m blocks' quads write every pair row of m up to Mp (dK1 / dV1 contract over all of them,
   // zeros past M), which whole blocks of 32 rows reach exactly.
   static_assert(TM % 32 == 0, "m blocks of whole 32-row pair panels");
-  op_plugin::parallel_for(0, nNB, 1, [&](int64_t begin, int64_t end) {
+  op_plugin::parallel_for_dynamic(0, nNB, 1, [&](int64_t begin, int64_t end) {
     Carve c{static_cast<char*>(workspace) + p.shared_bytes + p.scratch_bytes * op_plugin::thread_num()};
     uint16_t* k1t = c.take<uint16_t>(TN * z.kt);
     uint16_t* v1t = c.take<uint16_t>(TN * z.kt);
@@ -590,7 +590,7 @@ inline void backward_bh(const BwdPlan& p, int64_t bh, void* workspace) {
     _mm_sfence();  // the streamed pairs (and dQ, dK1, dV1) are visible before the m pass reads them
   });
   // dK2[:, m]^T = Q[:, m]^T dS[:, m], dV2 likewise, contracting all N rows.
-  op_plugin::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
+  op_plugin::parallel_for_dynamic(0, M, 1, [&](int64_t begin, int64_t end) {
     Carve c{static_cast<char*>(workspace) + p.shared_bytes + p.scratch_bytes * op_plugin::thread_num()};
     uint16_t* qt = c.take<uint16_t>(z.Dv * Np);
     uint16_t* dyt = c.take<uint16_t>(z.Dv * Np);
