@@ -121,15 +121,18 @@ __attribute__((target("amx-tile,amx-bf16"))) inline double tile_peak_gflops() {
 }
 
 // Runs `run` for two seconds (the first second or two of AMX use on this host runs at about half
-// speed: docs/decisions.md), then 7 times, and prints the best run's time, its useful GFLOP/s
-// (`flop` per run) against the tile peak measured between runs, and its cycles per phase.
+// speed: docs/decisions.md), then OP_PROFILE_REPS times (default 7; more where the host's speed
+// drifts, as a shared host's does), and prints the best run's time, its useful GFLOP/s (`flop` per
+// run) against the tile peak measured between runs, and its cycles per phase.
 template <class Run>
 void profile_run(const char* title, double flop, Run&& run) {
   for (const auto w0 = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - w0 < std::chrono::seconds(2);)
     run();
+  const char* reps_env = std::getenv("OP_PROFILE_REPS");
+  const int reps = reps_env != nullptr && std::atoi(reps_env) > 0 ? std::atoi(reps_env) : 7;
   double peak = 0, best_s = 0;
   uint64_t best_total = ~0ull, best[profile::kPhases] = {};
-  for (int rep = 0; rep < 7; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     if (active_isa() == Isa::kAvx512Amx) peak = std::max(peak, tile_peak_gflops());
     for (auto& c : g_cycles) c = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -147,9 +150,9 @@ void profile_run(const char* title, double flop, Run&& run) {
                                          "GEMM+softmax"};
   const double gf = flop / best_s / 1e9;
   if (best_s < 1e-3)  // decode sizes: microseconds
-    std::printf("%s: %.2f us, %.0f useful GFLOP/s (best of 7)", title, best_s * 1e6, gf);
+    std::printf("%s: %.2f us, %.0f useful GFLOP/s (best of %d)", title, best_s * 1e6, gf, reps);
   else
-    std::printf("%s: %.2f ms, %.0f useful GFLOP/s (best of 7)", title, best_s * 1e3, gf);
+    std::printf("%s: %.2f ms, %.0f useful GFLOP/s (best of %d)", title, best_s * 1e3, gf, reps);
   if (peak > 0) std::printf(" = %.0f%% of the tile peak %.0f", 100.0 * gf / peak, peak);
   std::printf("\n");
   uint64_t counted = 0;
