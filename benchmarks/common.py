@@ -15,8 +15,8 @@ import torch
 
 from op_plugin.timing import interleaved_medians, median_seconds
 
-__all__ = ["interleaved_medians", "median_seconds", "memcpy_bandwidth_gbs", "gemm_peak_gflops", "peak_extra_memory_mb",
-           "run_in_fresh_process", "rss_mb", "reset_peak_rss", "peak_rss_mb"]
+__all__ = ["interleaved_medians", "median_seconds", "memcpy_bandwidth_gbs", "gemm_peak_gflops", "cpu_model", "host_state",
+           "peak_extra_memory_mb", "run_in_fresh_process", "rss_mb", "reset_peak_rss", "peak_rss_mb"]
 
 
 def memcpy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
@@ -46,6 +46,48 @@ def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048) -> float:
     if dtype in (torch.bfloat16, torch.float16) and _mm_gflops(dtype, 256, 3) < _mm_gflops(torch.float32, 256, 3):
         dtype = torch.float32
     return _mm_gflops(dtype, n, 5)
+
+
+def cpu_model() -> str:
+    """The CPU's model name and family / model numbers (Linux's /proc/cpuinfo), or the platform's name."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in info.items()}
+        return f"{fields['model name']} (family {fields['cpu family']} model {fields['model']})"
+    except (OSError, KeyError):
+        import platform
+
+        return platform.processor() or platform.machine()
+
+
+def host_state(dtype: torch.dtype = torch.bfloat16, n: int = 2048) -> str:
+    """The host's speed now: torch.mm GFLOP/s at n x n x n with every thread, then one thread on each
+    CPU this process may use.
+
+    On a shared host a vCPU can run at half speed for seconds at a time (its core's other
+    hyperthread busy with another guest), which moves every ratio of a run whose threads meet at
+    barriers; benchmarks/run.py prints this at its start and end so that a table can be read
+    against the state it ran in.
+    """
+    def rate() -> float:
+        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        return 2 * n ** 3 / median_seconds(lambda: a @ b, repeat=7) / 1e9
+
+    threads, cpus = torch.get_num_threads(), sorted(os.sched_getaffinity(0))
+    together = rate()  # first, so that the thread pool starts with the process's whole affinity
+    alone = {}
+    try:
+        torch.set_num_threads(1)
+        for cpu in cpus:
+            os.sched_setaffinity(0, {cpu})
+            alone[cpu] = rate()
+    finally:
+        os.sched_setaffinity(0, cpus)
+        torch.set_num_threads(threads)
+    per_cpu = ", ".join(f"cpu{cpu} {gf:.0f}" for cpu, gf in alone.items())
+    return (f"{str(dtype).removeprefix('torch.')} GEMM {n}^3: {threads} threads {together:.0f} GFLOP/s; "
+            f"one thread on {per_cpu}")
 
 
 def peak_extra_memory_mb(module: str, function: str, *args: object) -> float:

@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     thp = os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ISA {op_plugin.isa_level()}, "
           f"huge pages for large tensors: {'on' if thp else 'off'}")
+    from common import cpu_model, host_state
+
+    dtype = torch.bfloat16 if op_plugin.isa_level() in ("avx512_amx", "avx512_bf16") else torch.float32
+    print(f"CPU {cpu_model()}; host at the start: {host_state(dtype)}")
     header = f"{'workload':52} {'dtype':9} {'op_plugin':>10} {'PyTorch':>10} {'ratio':>7}  throughput; peak extra MB"
     print(header)
     for family in args.families:
@@ -48,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             extras = "".join(f"; {key.replace('_', ' ')}: {value}" for key, value in row.items() if key not in KNOWN_KEYS)
             print(f"{row['workload']:52} {row['dtype']:9} {ours} {theirs}  {row['throughput']}; {row['peak_extra_mb']}"
                   f"{extras}")
+    print(f"host at the end: {host_state(dtype)}")
     return 0
 
 
