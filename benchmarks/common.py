@@ -74,9 +74,11 @@ def host_state(dtype: torch.dtype = torch.bfloat16, n: int = 2048) -> str:
         a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
         return 2 * n ** 3 / median_seconds(lambda: a @ b, repeat=7) / 1e9
 
-    threads, cpus = torch.get_num_threads(), sorted(os.sched_getaffinity(0))
+    threads = torch.get_num_threads()
     together = rate()  # first, so that the thread pool starts with the process's whole affinity
-    alone = {}
+    if not hasattr(os, "sched_setaffinity"):  # not Linux: no per-CPU figures
+        return f"{str(dtype).removeprefix('torch.')} GEMM {n}^3: {threads} threads {together:.0f} GFLOP/s"
+    cpus, alone = sorted(os.sched_getaffinity(0)), {}
     try:
         torch.set_num_threads(1)
         for cpu in cpus:
