@@ -5,6 +5,7 @@
 # Usage: bash benchmarks/kernels/profile.sh flash_attention [bfloat16|float32] [S] [D] [W: a causal window instead]
 #        bash benchmarks/kernels/profile.sh floyd_attention [bfloat16|float32|float16] [N=M=K] [D]
 # EXTRA_FLAGS adds compiler flags (an experiment's -D...); NORUN=1 only builds (to alternate binaries).
+# OP_PROFILE_REPS sets the timed runs of each call (best of 7 by default; more on a drifting host).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY=${PYTHON:-python}
