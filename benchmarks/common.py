@@ -70,14 +70,14 @@ def host_state(dtype: torch.dtype = torch.bfloat16, n: int = 2048) -> str:
     barriers; benchmarks/run.py prints this at its start and end so that a table can be read
     against the state it ran in.
     """
-    def rate() -> float:
-        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-        return 2 * n ** 3 / median_seconds(lambda: a @ b, repeat=7) / 1e9
+    def rate() -> float:  # measured afresh each time: _mm_gflops's cache would repeat its first answer
+        return _mm_gflops.__wrapped__(dtype, n, 7)
 
     threads = torch.get_num_threads()
-    together = rate()  # first, so that the thread pool starts with the process's whole affinity
+    # first, so that the thread pool starts with the process's whole affinity
+    state = f"{str(dtype).removeprefix('torch.')} GEMM {n}^3: {threads} threads {rate():.0f} GFLOP/s"
     if not hasattr(os, "sched_setaffinity"):  # not Linux: no per-CPU figures
-        return f"{str(dtype).removeprefix('torch.')} GEMM {n}^3: {threads} threads {together:.0f} GFLOP/s"
+        return state
     cpus, alone = sorted(os.sched_getaffinity(0)), {}
     try:
         torch.set_num_threads(1)
@@ -87,9 +87,7 @@ def host_state(dtype: torch.dtype = torch.bfloat16, n: int = 2048) -> str:
     finally:
         os.sched_setaffinity(0, cpus)
         torch.set_num_threads(threads)
-    per_cpu = ", ".join(f"cpu{cpu} {gf:.0f}" for cpu, gf in alone.items())
-    return (f"{str(dtype).removeprefix('torch.')} GEMM {n}^3: {threads} threads {together:.0f} GFLOP/s; "
-            f"one thread on {per_cpu}")
+    return state + "; one thread on " + ", ".join(f"cpu{cpu} {gf:.0f}" for cpu, gf in alone.items())
 
 
 def peak_extra_memory_mb(module: str, function: str, *args: object) -> float:
