@@ -10,9 +10,10 @@ PY=${PYTHON:-python}
 $PY -m pip install --quiet "torch==2.13.0" "setuptools>=64" wheel jinja2 pyyaml ninja cmake numpy pytest pytest-xdist hypothesis expecttest matplotlib simde-py==0.8.2.post1
 rm -rf dist
 # What the build did: the generator's summary (ops, files written/unchanged), then one line per
-# compile step (kernels by our ninja file, bindings by torch's; their long command lines cut to the file).
+# compile step (kernels by our ninja file, bindings by torch's; their long command lines cut to the
+# file), and the compiler's errors with the lines that locate them.
 $PY -m pip wheel -v --no-build-isolation --no-deps --wheel-dir dist . 2>&1 \
-  | grep -E "^\s*(codegen:|\[[0-9]+/[0-9]+\]|Created wheel|Successfully|ERROR|error:)" \
+  | grep -E "^\s*(codegen:|\[[0-9]+/[0-9]+\]|Created wheel|Successfully|ERROR|error:|In file included from|\S+: In )|: (fatal )?error: " \
   | sed -E "s/^\s+//; s/^(\[[0-9]+\/[0-9]+\]) c\+\+ .* -c (\S+) .*/\1 CXX \2/" || true
 wheel=$(ls dist/op_plugin-*.whl)
 $PY -m pip install --quiet --force-reinstall --no-deps "$wheel"
