@@ -16,6 +16,7 @@
 #error "avx512_model.h is for an AVX2 (not AVX-512) translation unit built with -DOP_PLUGIN_AVX512_MODEL"
 #endif
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -164,6 +165,28 @@ inline float reduce_add_ps(__m512 a) {
   return x[0];
 }
 
+// VREDUCEPS: x minus x rounded to imm[7:4] fraction bits by the rounding mode imm[1:0] (0 nearest
+// even, 1 down, 2 up, 3 toward zero); NaN stays a (quiet) NaN, +-inf gives +-0. Exact: the
+// difference of a float and its rounding needs no more bits than the float.
+inline __m512 reduce_ps(__m512 a, int imm) {
+  float x[16];
+  to_lanes(a, x);
+  const float up = static_cast<float>(1 << ((imm >> 4) & 15));
+  for (float& v : x) {
+    if (v != v) {
+      v = v + v;
+    } else if (v - v != 0.0f) {  // +-inf
+      v = v > 0 ? 0.0f : -0.0f;
+    } else {
+      const float s = v * up;  // exact: a power of two
+      const float r = (imm & 3) == 0 ? std::nearbyint(s) : (imm & 3) == 1 ? std::floor(s)
+                      : (imm & 3) == 2 ? std::ceil(s) : std::trunc(s);
+      v = v - r / up;
+    }
+  }
+  return from_lanes<__m512>(x);
+}
+
 // Non-temporal stores are plain stores here.
 inline void stream_ps(float* p, __m512 a) { std::memcpy(p, &a, 64); }
 inline void stream_si512(void* p, __m512i a) { std::memcpy(p, &a, 64); }
@@ -180,6 +203,7 @@ inline void stream_si512(void* p, __m512i a) { std::memcpy(p, &a, 64); }
 #define _mm512_cvtps_ph(a, rounding) ::op_plugin::avx512_model::cvtps_ph(a, rounding)
 #define _mm_test_epi8_mask(a, b) ::op_plugin::avx512_model::test_epi8_mask(a, b)
 #define _mm512_reduce_add_ps(a) ::op_plugin::avx512_model::reduce_add_ps(a)
+#define _mm512_reduce_ps(a, imm) ::op_plugin::avx512_model::reduce_ps(a, imm)
 #define _mm512_stream_ps(p, a) ::op_plugin::avx512_model::stream_ps(p, a)
 #define _mm512_stream_si512(p, a) ::op_plugin::avx512_model::stream_si512(p, a)
 
