@@ -155,6 +155,46 @@ static void check_parts(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool ac
          transposed ? "B^T" : "B", bad, worst);
 }
 
+// kSwapParts: C = A B^T and C' = B A^T (the forward's S = Q K^T, the backward's S^T = K Q^T), with
+// C' walking the part pairs swapped, round alike: C'^T == C bit for bit. Returns how many elements
+// of C' differ from C^T without kSwapParts (for the message: the pair order does reach the bits).
+template <int kParts>
+static int check_swapped_parts(int64_t M, int64_t N, int64_t K, std::mt19937& rng) {
+  using T = std::conditional_t<kParts == 2, op_plugin::Half, float>;
+  std::normal_distribution<float> nd(0.f, 4.f);
+  auto value = [&] {
+    if constexpr (kParts == 2) return op_plugin::to_half(nd(rng)); else return nd(rng);
+  };
+  std::vector<T> Xa(static_cast<size_t>(M * K)), Xb(static_cast<size_t>(N * K));
+  for (auto& x : Xa) x = value();
+  for (auto& x : Xb) x = value();
+  // rows of one as A and the other as B^T panels, both ways
+  auto product = [&](const std::vector<T>& rows, int64_t R, const std::vector<T>& cols, int64_t Cn, bool swap) {
+    const int64_t apart = R * K, ldp = 16 * K, bpart = Cn / 16 * ldp;
+    std::vector<uint16_t> A(static_cast<size_t>(kParts * apart)), Bp(static_cast<size_t>(kParts * bpart));
+    amx::pack_a_rows_split<kParts>(rows.data(), K, R, K, A.data(), K, K, apart);
+    amx::pack_b_transposed_split<kParts>(cols.data(), K, Cn, K, Bp.data(), K, bpart);
+    std::vector<float> C(static_cast<size_t>(R * Cn));
+    amx::TileScope tiles;
+    if (swap)
+      amx::gemm_parts<false, kParts, true>(R, Cn, K, A.data(), K, apart, Bp.data(), ldp, bpart, C.data(), Cn, [] {});
+    else
+      amx::gemm_parts<false, kParts>(R, Cn, K, A.data(), K, apart, Bp.data(), ldp, bpart, C.data(), Cn, [] {});
+    return C;
+  };
+  const std::vector<float> C = product(Xa, M, Xb, N, false);
+  const std::vector<float> Cs = product(Xb, N, Xa, M, true), Cn = product(Xb, N, Xa, M, false);
+  int bad = 0, differ = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      bad += std::memcmp(&C[m * N + n], &Cs[n * M + m], sizeof(float)) != 0;
+      differ += std::memcmp(&C[m * N + n], &Cn[n * M + m], sizeof(float)) != 0;
+    }
+  EXPECT(bad == 0, "%d parts: M=%lld N=%lld K=%lld: %d elements of B A^T (pairs swapped) differ from A B^T", kParts,
+         (long long)M, (long long)N, (long long)K, bad);
+  return differ;
+}
+
 // split<3> is exact: the three parts sum to the float (when no part falls below 2^-126).
 static void check_split3(std::mt19937& rng) {
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -193,6 +233,11 @@ static int run_checks() {
               check_parts<3>(M, N, K, kvalid, acc, tr, rng);
               check_parts<2>(M, N, K, kvalid, acc, tr, rng);
             }
+  int unswapped = 0;
+  for (int64_t M : {16, 48, 64})
+    for (int64_t N : {32, 112})
+      for (int64_t K : {32, 128}) unswapped += check_swapped_parts<3>(M, N, K, rng) + check_swapped_parts<2>(M, N, K, rng);
+  std::printf("(without kSwapParts, %d elements of B A^T differ from A B^T)\n", unswapped);
   check_split3(rng);
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;

@@ -262,6 +262,23 @@ def test_a_sink_far_above_every_logit_leaves_rows_with_keys_non_empty() -> None:
     check_against_reference(layout, N, x, opts, torch.float32)
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_a_row_with_one_visible_key_passes_its_gradient_exactly(dtype) -> None:
+    # One key, seen by query row 0 alone (pre_tockens 0: a sliding window): P = 1 there, as
+    # PyTorch's softmax gives, so dv is exactly dy's row 0. The backward recomputes P from the
+    # forward's statistics, which is exact only if it computes the forward's logits bit for bit:
+    # in float32 on AMX the forward ran on tiles and the backward on vector FMAs under a sliding
+    # window (P off by 1e-6, found by the long differential run).
+    g = torch.Generator().manual_seed(2)
+    q, k, v, dy = (torch.randn(1, s, 2 * d, generator=g, dtype=torch.float64).to(dtype)
+                   for s, d in ((127, 128), (1, 128), (1, 64), (127, 64)))
+    opts = dict(scale=0.5, pre_tockens=0, next_tockens=UNBOUNDED, atten_mask=torch.zeros(127, 1, dtype=torch.bool))
+    out, smax, ssum, _, seed, offset, numels = op_plugin.swa_forward(q, k, v, 2, "BSH", **opts)
+    dv = op_plugin.swa_backward(q, k, v, dy, 2, "BSH", softmax_max=smax, softmax_sum=ssum, attention_in=out, seed=seed,
+                                offset=offset, numels=numels, scale_value=opts.pop("scale"), **opts)[2]
+    assert torch.equal(dv, dy[:, :1])
+
+
 @pytest.mark.parametrize("case", [(SHAPES[0], MASKS[3]), (SHAPES[1], MASKS[7]), (SHAPES[4], MASKS[8])],
                          ids=lambda c: _shape_id(c[0]) if isinstance(c, tuple) else str(c))
 def test_gradcheck(case) -> None:

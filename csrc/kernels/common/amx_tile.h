@@ -83,19 +83,23 @@ inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
 // (dropping the product of the low parts, up to 2^-16 of |x y|, put the float32 softmax_lse 10-25
 // times further from float64 than PyTorch's). P, a float, gets two parts too: within 2^-16 of
 // itself, where PyTorch rounds P to float16.
+// kSwapParts walks the pairs as (B part, A part): the products of a GEMM with A and B exchanged
+// (S^T = K Q^T against S = Q K^T) then come in the same order, so both are rounded alike bit for
+// bit; the backward's P = exp(S - lse) of a row with a single key is then exactly the forward's 1.
 inline constexpr int kSplitPairs[6][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
 inline constexpr int kSplitPairs2[4][2] = {{1, 1}, {1, 0}, {0, 1}, {0, 0}};
 template <int kParts>
 inline constexpr int kPairsOf = kParts == 1 ? 1 : kParts == 2 ? 4 : 6;
-template <int kParts>
+template <int kParts, bool kSwapParts = false>
 constexpr int pair_part(int q, int side) {
+  if (kSwapParts) side = 1 - side;
   return kParts == 1 ? 0 : kParts == 2 ? kSplitPairs2[q][side] : kSplitPairs[q][side];
 }
 
 // One MT x NT block of 16 x 16 C tiles (MT, NT in {1, 2}) over the whole contraction, of bf16
 // operands (kParts 1), or of float16 (kParts 2) or float (3) ones in parts (the pairs above).
 // Tiles: C 0..3 (index 2 * mt + nt), A 4..5, B 6..7.
-template <int MT, int NT, bool kAccumulate, int kParts>
+template <int MT, int NT, bool kAccumulate, int kParts, bool kSwapParts>
 OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int64_t a_part_bytes, const char* b0,
                                 const char* b1, int64_t b_part_bytes, char* c, int64_t ldc_bytes) {
   static_assert(kParts >= 1 && kParts <= 3, "bf16 operands, or float16 / float ones in two / three bf16 parts");
@@ -112,8 +116,8 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int
     if constexpr (MT > 1 && NT > 1) OP_TILE_ZERO(3);
   }
   for (int q = 0; q < kPairsOf<kParts>; ++q) {
-    const int64_t ao = pair_part<kParts>(q, 0) * a_part_bytes;
-    const int64_t bo = pair_part<kParts>(q, 1) * b_part_bytes;
+    const int64_t ao = pair_part<kParts, kSwapParts>(q, 0) * a_part_bytes;
+    const int64_t bo = pair_part<kParts, kSwapParts>(q, 1) * b_part_bytes;
     const char* a0 = a + ao;
     const char* a1 = a0 + 16 * lda_bytes;
     const char* p0 = b0 + bo;
@@ -147,8 +151,8 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int
 // does not touch) executes while the block's tile instructions do, since the core overlaps tile
 // and vector instructions that are close in the instruction stream (docs/decisions.md).
 // kParts 2 / 3: float16 / float operands in parts (a_part, b_part: elements between parts), see
-// kSplitPairs.
-template <bool kAccumulate, int kParts, class Between>
+// kSplitPairs (and kSwapParts).
+template <bool kAccumulate, int kParts, bool kSwapParts = false, class Between>
 OP_AMX_TARGET inline void gemm_parts(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, int64_t a_part,
                                      const uint16_t* B, int64_t ldp, int64_t b_part, float* C, int64_t ldc,
                                      Between&& between) {
@@ -163,13 +167,13 @@ OP_AMX_TARGET inline void gemm_parts(int64_t M, int64_t N, int64_t K, const uint
       const char* a = reinterpret_cast<const char*>(A + m0 * lda);
       char* c = reinterpret_cast<char*>(C + m0 * ldc + n0);
       if (two_m && two_n)
-        block<2, 2, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<2, 2, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else if (two_m)
-        block<2, 1, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<2, 1, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else if (two_n)
-        block<1, 2, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<1, 2, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else
-        block<1, 1, kAccumulate, kParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<1, 1, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       between();
     }
   }

@@ -140,16 +140,12 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->compute = Compute::kBf16Amx;
   // float32 inputs likewise, every operand in three bf16 parts: six tile GEMMs per GEMM, float32's
   // accuracy, and still faster than float FMAs (docs/decisions.md).
-  // float16 in two parts: exact, four tile GEMMs per GEMM. Not float32's backward under a sliding
-  // window (the last row's window does not reach key 0): there the packing of the whole sequence
-  // in parts (16%) and the elementwise step outweigh the narrow band's GEMMs, and the vector
-  // backward measured 5-10% faster (S=8192 W=512 D=64).
-  bool sliding = false;
-  for (int64_t b = 0; b < p.batch; ++b)
-    if (p.seqlen_q[b] > 0 && row_window(p, p.seqlen_q[b], p.seqlen_kv[b]).lo(p.seqlen_q[b] - 1) > 0) sliding = true;
+  // float16 in two parts: exact, four tile GEMMs per GEMM. The forward and the backward always take
+  // the same dataflow, so the backward's logits are the forward's bit for bit and P = exp(S - lse)
+  // is the forward's P (a row with one visible key gets exactly 1, as PyTorch's softmax does).
   if (plan->compute == Compute::kF32 && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ) {
     if (!plan->convert_in_tasks) {
-      if (!(bwd && sliding)) plan->compute = Compute::kF32Amx;
+      plan->compute = Compute::kF32Amx;
     } else if (p.dtype == OP_DT_FLOAT16) {
       plan->compute = Compute::kF16Amx;
       plan->convert_in_tasks = false;
@@ -157,6 +153,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   }
   const bool amx = plan->compute == Compute::kBf16Amx || plan->compute == Compute::kF32Amx ||
                    plan->compute == Compute::kF16Amx;
+  bool sliding = false;  // the last row's window does not reach key 0
+  for (int64_t b = 0; b < p.batch; ++b)
+    if (p.seqlen_q[b] > 0 && row_window(p, p.seqlen_q[b], p.seqlen_kv[b]).lo(p.seqlen_q[b] - 1) > 0) sliding = true;
   // bf16 parts of an operand
   const int64_t parts = plan->compute == Compute::kF32Amx ? 3 : plan->compute == Compute::kF16Amx ? 2 : 1;
   if (amx) {
