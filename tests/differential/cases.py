@@ -10,6 +10,13 @@ failure prints what to rerun. Lengths are drawn around the kernels' tiles: multi
 and kBlockKV = 96 keys (csrc/kernels/flash_attention/flash_attention_params.h), Floyd's 16 x 16
 tiles and its key blocks (up to fast::kMaxKeyBlock = 512 keys in one block, more in several), each
 -1, +0 or +1, and small lengths.
+
+Long calls (``long=True``; run_long.py --long, and a few in the short run) draw lengths around the
+blocks of the AMX dataflows as well (LONG_TILES: the backward's key blocks of 128 and 256 keys,
+the float parts' forward tasks of 256 query rows, the forward's key blocks of 512 keys, windows a
+task sees through in one block up to 1024 keys), production head dims and windows up to 1100
+keys, so that online softmax rescales, lazy maxima, several key blocks and chunks of heads or
+rows meet the features above.
 """
 from __future__ import annotations
 
@@ -33,10 +40,25 @@ Case = dict[str, Any]
 
 # ---- drawing -----------------------------------------------------------------------------------
 
-def lengths(low: int = 1, tiles: tuple[int, ...] = (16, 32, 48, 64, 96, 128)) -> st.SearchStrategy[int]:
-    """A sequence length: around a tile edge (t - 1, t, t + 1) or small."""
+TILES = (16, 32, 48, 64, 96, 128)
+LONG_TILES = (1024, 512, 256, 128)  # largest first: hypothesis starts from the first
+
+
+def lengths(low: int = 1, tiles: tuple[int, ...] = TILES, long: bool = False) -> st.SearchStrategy[int]:
+    """A sequence length: around a tile edge (t - 1, t, t + 1) or small; ``long``: around one of
+    LONG_TILES half of the time."""
     edge = st.builds(lambda t, d: t + d, st.sampled_from(tiles), st.sampled_from((-1, 0, 1)))
-    return st.one_of(edge, st.integers(low, 20)).filter(lambda n: n >= low)
+    drawn = st.one_of(edge, st.integers(low, 20))
+    if long:
+        far = st.builds(lambda t, d: t + d, st.sampled_from(LONG_TILES), st.sampled_from((-1, 0, 1)))
+        drawn = st.one_of(far, drawn)
+    return drawn.filter(lambda n: n >= low)
+
+
+def head_dims(long: bool, short: list[int]) -> st.SearchStrategy[int]:
+    """Small head dims at and between the pair / tile widths; ``long``: production ones, and one
+    that pads to the next 32."""
+    return st.sampled_from([64, 128, 80] if long else short)
 
 
 def _generator(case: Case) -> torch.Generator:
@@ -100,25 +122,25 @@ def _value_dims(draw, d: int) -> int:
 
 @st.composite
 def flash_attn_cases(draw, layouts: tuple[str, ...] = FLASH_LAYOUTS,
-                     dtypes: tuple[torch.dtype, ...] = DTYPES) -> Case:
+                     dtypes: tuple[torch.dtype, ...] = DTYPES, long: bool = False) -> Case:
     layout = draw(st.sampled_from(layouts))
     n2 = draw(st.sampled_from([1, 2]))
-    d = draw(st.sampled_from([8, 16, 24, 32, 40]))
+    d = draw(head_dims(long, [8, 16, 24, 32, 40]))
     case: Case = dict(layout=layout, dtype=draw(st.sampled_from(dtypes)), n2=n2,
                       n1=n2 * draw(st.sampled_from([1, 2, 3])), d=d, dv=_value_dims(draw, d),
                       seed=draw(st.integers(0, 2**31 - 1)),
                       scale=draw(st.floats(0.05, 0.6)))
     if layout == "TND":  # empty sequences too, but some tokens on each side
         nb = draw(st.integers(1, 4))
-        case["sq"] = draw(st.lists(st.one_of(st.just(0), lengths()), min_size=nb, max_size=nb).filter(sum))
-        case["skv"] = draw(st.lists(st.one_of(st.just(0), lengths()), min_size=nb, max_size=nb).filter(sum))
+        case["sq"] = draw(st.lists(st.one_of(st.just(0), lengths(long=long)), min_size=nb, max_size=nb).filter(sum))
+        case["skv"] = draw(st.lists(st.one_of(st.just(0), lengths(long=long)), min_size=nb, max_size=nb).filter(sum))
     else:
         nb = draw(st.integers(1, 2))
-        case["sq"], case["skv"] = [draw(lengths())] * nb, [draw(lengths())] * nb
+        case["sq"], case["skv"] = [draw(lengths(long=long))] * nb, [draw(lengths(long=long))] * nb
         case["layout_out"] = draw(st.sampled_from(["BSND", "BNSD"])) if layout == "BNSD" else layout
     mode = draw(st.sampled_from([0, 3, 4]))
     case["mask_mode"] = draw(st.sampled_from([mode, MaskMode(mode), MaskMode(mode).name.lower()]))  # enum spellings
-    window = st.one_of(st.just(-1), st.integers(0, 70))
+    window = st.one_of(st.just(-1), st.integers(0, 1100 if long else 70))
     case["win_left"], case["win_right"] = (draw(window), draw(window)) if mode == 4 else (-1, -1)
     for side, seqs in (("seqused_q", case["sq"]), ("seqused_kv", case["skv"])):
         if draw(st.booleans()):
@@ -199,7 +221,11 @@ def check_flash_attn(case: Case) -> None:
                          "softmax_lse")
     grads = op_plugin.flash_attn_grad(call["q"], call["k"], call["v"], dout, out, lse, sinks=sinks, **rest)
     # dq_i = scale sum_j dS_ij k_j with sum_j dS_ij = 0: a sum of cancelling terms, one per key.
-    keys = max(case["skv"])
+    # And every dS_ij = P_ij (dP_ij - D_i) with D_i = rowsum(dO_i * O_i), a Dv-term dot product of
+    # the rounded output that PyTorch's softmax backward never forms (it sums P dP), as for Floyd:
+    # its rounding reaches dq, dk and dv (without these terms, a float32 call with one query over
+    # two keys, D=64 Dv=32, came out at 1.001 of the budget, and 80 other seeds of it at most 0.86).
+    keys = max(case["skv"]) + case["dv"]
     _budget(("dq", "dk", "dv"), grads, same_grads[:3], ref_grads[:3], case["d"], dtype, summed=keys)
     registered = dict(call, mask_mode=ref_mode)  # the registered ops take the int
     _same_in_fake(torch.ops.op_plugin.flash_attn.default, [], dict(registered, return_softmax_lse=True), (out, lse))
@@ -214,28 +240,30 @@ def check_flash_attn(case: Case) -> None:
 # ---- swa_forward / swa_backward -----------------------------------------------------------------
 
 @st.composite
-def swa_cases(draw, layouts: tuple[str, ...] = SWA_LAYOUTS, dtypes: tuple[torch.dtype, ...] = DTYPES) -> Case:
+def swa_cases(draw, layouts: tuple[str, ...] = SWA_LAYOUTS, dtypes: tuple[torch.dtype, ...] = DTYPES,
+              long: bool = False) -> Case:
     layout = draw(st.sampled_from(layouts))
     nkv = draw(st.sampled_from([1, 2]))
-    d = draw(st.sampled_from([8, 16, 24, 32]))
+    d = draw(head_dims(long, [8, 16, 24, 32]))
     case: Case = dict(layout=layout, dtype=draw(st.sampled_from(dtypes)), nkv=nkv,
                       n=nkv * draw(st.sampled_from([1, 2, 3])), d=d, dv=_value_dims(draw, d),
                       seed=draw(st.integers(0, 2**31 - 1)),
                       scale=draw(st.floats(0.05, 0.6)))
     if layout == "TND":
         nb = draw(st.integers(1, 4))
-        pairs = draw(st.lists(st.tuples(st.one_of(st.just(0), lengths()), st.one_of(st.just(0), lengths())),
+        pairs = draw(st.lists(st.tuples(st.one_of(st.just(0), lengths(long=long)),
+                                        st.one_of(st.just(0), lengths(long=long))),
                               min_size=nb, max_size=nb).filter(lambda p: sum(a for a, _ in p) and sum(b for _, b in p)))
         case["sq"], case["skv"] = [a for a, _ in pairs], [b for _, b in pairs]
         case["trailing_zeros"] = draw(st.integers(0, 2))  # [.., T, 0, 0]: batches dropped
         case["softmax_layout"] = draw(st.sampled_from(["", "TND"]))
     else:
         nb = draw(st.integers(1, 2))
-        case["sq"], case["skv"] = [draw(lengths())] * nb, [draw(lengths())] * nb
+        case["sq"], case["skv"] = [draw(lengths(long=long))] * nb, [draw(lengths(long=long))] * nb
     kind = draw(st.sampled_from([None, "full", "template"]))
     case["mask"] = kind
     case["sparse_mode"] = {None: draw(st.sampled_from([0, 4])), "full": 0, "template": 4}[kind]
-    tokens = st.one_of(st.just(UNBOUNDED), st.integers(-20, 80))
+    tokens = st.one_of(st.just(UNBOUNDED), st.integers(-20, 1100 if long else 80))
     pre, nxt = draw(tokens), draw(tokens)
     if pre + nxt < 0:  # a band that masks every key is refused; swap the signs
         pre, nxt = -pre, -nxt
@@ -327,7 +355,7 @@ def check_swa(case: Case) -> None:
     grads = op_plugin.swa_backward(*leaves[:3], dy, n, layout, pse=leaves[3], sink=leaves[4], softmax_max=smax,
                                    softmax_sum=ssum, attention_in=out, seed=seed, offset=offset, numels=numels,
                                    scale_value=opts["scale"], **{k: v for k, v in opts.items() if k != "scale"})
-    keys = max(case["skv"])  # dq: one cancelling term per key, as for flash_attn
+    keys = max(case["skv"]) + case["dv"]  # dq's cancelling terms and D's, as for flash_attn
     _budget(("dq", "dk", "dv", "dpse", "dsink"), grads, same_grads, ref_grads, case["d"], dtype, summed=keys)
     fwd_args = [*leaves[:3], n, layout]
     fwd_kwargs = dict(opts, pse=leaves[3], sink=leaves[4])
@@ -351,11 +379,14 @@ def check_swa(case: Case) -> None:
 # ---- fused_floyd_attention / fused_floyd_attention_grad ------------------------------------------
 
 @st.composite
-def floyd_cases(draw, dtypes: tuple[torch.dtype, ...] = DTYPES) -> Case:
-    small = (16, 32)
+def floyd_cases(draw, dtypes: tuple[torch.dtype, ...] = DTYPES, long: bool = False) -> Case:
+    # long: n and m over several 16 x 16 blocks (the blocks of n are claimed by threads in turn),
+    # k over several key blocks
+    small = (16, 32, 64) if long else (16, 32)
     b, h = draw(st.sampled_from([(1, 1), (1, 2), (2, 1)]))
     return dict(b=b, h=h, n=draw(lengths(tiles=small)), m=draw(lengths(tiles=small)),
-                k=draw(lengths(tiles=(16, 32, 64, 512))), d=draw(st.sampled_from([4, 8, 16, 17, 32])),
+                k=draw(lengths(tiles=(16, 32, 64) if long else (16, 32, 64, 512), long=long)),
+                d=draw(head_dims(long, [4, 8, 16, 17, 32])),
                 dtype=draw(st.sampled_from(dtypes)), mask=draw(st.sampled_from(["full rows", "random", None])),
                 mask_dtype=draw(st.sampled_from([torch.bool, torch.uint8])), scale=draw(st.floats(0.05, 0.5)),
                 seed=draw(st.integers(0, 2**31 - 1)))
@@ -378,7 +409,10 @@ def check_floyd(case: Case) -> None:
     mx, sm, out = op_plugin.fused_floyd_attention(*xs, atten_mask=mask, scale_value=scale)
     ref_out, ref_grads = _grads(lambda *t: floyd_reference(*t, mask, scale), [x.double() for x in xs], grad.double())
     same_out, same_grads = _grads(lambda *t: floyd_reference(*t, mask, scale), xs, grad)
-    assert_within_budget(out, same_out, ref_out, "attention_out")
+    # The output sums 2k terms P (v1 + v2) in another order than PyTorch's einsum GEMMs (float32
+    # at k = 511, d = 64: a median of 0.46 of the budget without these terms, a tail past 1.0 at
+    # every level, the scalar baseline's too)
+    assert_within_budget(out, same_out, ref_out, "attention_out", summed=2 * k)
     with torch.no_grad():
         s = scale * (torch.einsum("bhnmd,bhnkd->bhnmk", xs[0].double(), xs[1].double()) +
                      torch.einsum("bhnmd,bhkmd->bhnmk", xs[0].double(), xs[3].double()))
@@ -406,9 +440,11 @@ def check_floyd(case: Case) -> None:
 # ---- block_attention_residuals / block_attention_residuals_grad ----------------------------------
 
 @st.composite
-def bar_cases(draw, dtypes: tuple[torch.dtype, ...] = DTYPES) -> Case:
-    return dict(t=draw(st.integers(0, 40)), n=draw(st.integers(0, 9)),
-                h=draw(lengths(tiles=(16, 32, 64, 128))), dtype=draw(st.sampled_from(dtypes)),
+def bar_cases(draw, dtypes: tuple[torch.dtype, ...] = DTYPES, long: bool = False) -> Case:
+    # long: T over several of the plan's row chunks, H at production widths
+    return dict(t=draw(st.integers(0, 300 if long else 40)), n=draw(st.integers(0, 9)),
+                h=draw(lengths(tiles=(16, 32, 64, 128), long=long)),
+                dtype=draw(st.sampled_from(dtypes)),
                 proj_2d=draw(st.booleans()), valid_block_num=draw(st.sampled_from(["-1", "N"])),
                 norm_eps=draw(st.sampled_from([1e-6, 1e-3, 0.25])), seed=draw(st.integers(0, 2**31 - 1)))
 
@@ -493,9 +529,10 @@ OPS_OF = {"flash_attn": ("flash_attn_metadata", "flash_attn", "flash_attn_grad")
 def features(family: str, case: Case) -> list[str]:
     """The features a case exercises, for the long run's coverage counts."""
     dtype = str(case["dtype"]).removeprefix("torch.")
-    edges = {15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 95, 96, 97, 127, 128, 129}
-    tile_edge = any(s in edges for s in case.get("sq", []) + case.get("skv", []) + [case.get(c, 0) for c in "nmkh"])
-    out = [f"dtype {dtype}"] + (["a length at a tile edge"] if tile_edge else [])
+    edges = {t + e for t in TILES + LONG_TILES for e in (-1, 0, 1)}
+    sizes = case.get("sq", []) + case.get("skv", []) + [case.get(c, 0) for c in "nmkht"]
+    out = [f"dtype {dtype}"] + ["a length at a tile edge"] * any(s in edges for s in sizes)
+    out += ["a length over 512"] * any(s > 512 for s in sizes)
     if family == "flash_attn":
         mode = _mode(case["mask_mode"])
         out += [f"layout {case['layout']}", f"mask_mode {mode}",

@@ -2,6 +2,8 @@
 its feature space (cases.py says which features and how they are checked) and compares each with
 the float64 references. `python tests/differential/run_long.py` is the long run (10,000 calls
 per family); OP_PLUGIN_DIFF_EXAMPLES sets the number drawn here per family, layout and dtype.
+A few long calls per family (cases.py's ``long``: lengths past the AMX dataflows' key blocks,
+production head dims) run as well, OP_PLUGIN_DIFF_LONG_EXAMPLES of them.
 
 Each run's examples come from a fixed seed (its own), so the suite tests the same calls every
 time and a failure reproduces; the long run draws new ones. Each run must have covered the features
@@ -18,23 +20,36 @@ from cases import FAMILIES, VARIANTS, features, must_cover
 from hypothesis import HealthCheck, given, seed, settings
 
 EXAMPLES = int(os.environ.get("OP_PLUGIN_DIFF_EXAMPLES", "8"))
+LONG_EXAMPLES = int(os.environ.get("OP_PLUGIN_DIFF_LONG_EXAMPLES", "3"))
 RUNS = [(family, variant) for family in sorted(FAMILIES) for variant in VARIANTS[family]]
 IDS = ["-".join([f, *v.get("layouts", ()), *(str(d).removeprefix("torch.") for d in v["dtypes"])]) for f, v in RUNS]
 
 
-@pytest.mark.parametrize("family,variant", RUNS, ids=IDS)
-def test_valid_calls_match_the_references(family, variant, request) -> None:
-    make_cases, check = FAMILIES[family]
+def draw_and_check(family: str, strategy, examples: int, run_id: str) -> Counter:
+    """Checks ``examples`` calls drawn from ``strategy`` (seeded by the test's id); the features they covered."""
+    check = FAMILIES[family][1]
     seen: Counter = Counter()
 
-    @seed(zlib.crc32(request.node.callspec.id.encode()))
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    @seed(zlib.crc32(run_id.encode()))
+    @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-    @given(case=make_cases(**variant))
+    @given(case=strategy)
     def run(case) -> None:
         check(case)
         seen.update(features(family, case))
 
     run()
+    return seen
+
+
+@pytest.mark.parametrize("family,variant", RUNS, ids=IDS)
+def test_valid_calls_match_the_references(family, variant, request) -> None:
+    seen = draw_and_check(family, FAMILIES[family][0](**variant), EXAMPLES, request.node.callspec.id)
     missing = [f for f in must_cover(family, variant) if not seen[f]]
     assert not missing, f"the drawn calls did not cover {missing}; drawn: {dict(seen)}"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_long_valid_calls_match_the_references(family, request) -> None:
+    seen = draw_and_check(family, FAMILIES[family][0](long=True), LONG_EXAMPLES, "long-" + request.node.callspec.id)
+    assert seen["a length over 512"], f"no drawn call had a length over 512; drawn: {dict(seen)}"
