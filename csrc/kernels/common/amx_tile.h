@@ -85,7 +85,7 @@ inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
 // itself, where PyTorch rounds P to float16.
 // kSwapParts walks the pairs as (B part, A part): the products of a GEMM with A and B exchanged
 // (S^T = K Q^T against S = Q K^T) then come in the same order, so both are rounded alike bit for
-// bit; the backward's P = exp(S - lse) of a row with a single key is then exactly the forward's 1.
+// bit: the flash backward recomputes the forward's logits, not logits one rounding away.
 inline constexpr int kSplitPairs[6][2] = {{2, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
 inline constexpr int kSplitPairs2[4][2] = {{1, 1}, {1, 0}, {0, 1}, {0, 0}};
 template <int kParts>

@@ -418,7 +418,8 @@ struct AmxBackward {
           OP_PROFILE_SCOPE(kGemm);
           // S^T with the forward's order of part products: the same logits bit for bit (amx_tile.h)
           amx::gemm_parts<false, kParts, true>(nk, nq, Dpad, kv.ka + (j0 + klo) * kv.lda_k, kv.lda_k, kv.kapart,
-                                         qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, qd.qtpart, st + klo * ldS, ldS, [] {});
+                                               qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, qd.qtpart, st + klo * ldS,
+                                               ldS, [] {});
           amx::gemm_parts<false, kParts>(nk, nq, Dvpad, kv.va + (j0 + klo) * kv.lda_v, kv.lda_v, kv.vapart,
                                          qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, qd.dotpart, dpt + klo * ldS, ldS,
                                          [] {});

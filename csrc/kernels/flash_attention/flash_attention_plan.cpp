@@ -141,8 +141,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   // float32 inputs likewise, every operand in three bf16 parts: six tile GEMMs per GEMM, float32's
   // accuracy, and still faster than float FMAs (docs/decisions.md).
   // float16 in two parts: exact, four tile GEMMs per GEMM. The forward and the backward always take
-  // the same dataflow, so the backward's logits are the forward's bit for bit and P = exp(S - lse)
-  // is the forward's P (a row with one visible key gets exactly 1, as PyTorch's softmax does).
+  // the same dataflow, so the backward's logits are the forward's bit for bit and its
+  // P = exp(S - lse) is off the forward's by lse's rounding alone (a float32 backward on FMAs after
+  // a forward on tiles put a row with one visible key at P = 1 - 1.4e-6, docs/decisions.md).
   if (plan->compute == Compute::kF32 && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ) {
     if (!plan->convert_in_tasks) {
       plan->compute = Compute::kF32Amx;
