@@ -225,8 +225,8 @@ def check_flash_attn(case: Case) -> None:
     # the rounded output that PyTorch's softmax backward never forms (it sums P dP), as for Floyd:
     # its rounding reaches dq, dk and dv (without these terms, a float32 call with one query over
     # two keys, D=64 Dv=32, came out at 1.001 of the budget, and 80 other seeds of it at most 0.86).
-    keys = max(case["skv"]) + case["dv"]
-    _budget(("dq", "dk", "dv"), grads, same_grads[:3], ref_grads[:3], case["d"], dtype, summed=keys)
+    summed = max(case["skv"]) + case["dv"]
+    _budget(("dq", "dk", "dv"), grads, same_grads[:3], ref_grads[:3], case["d"], dtype, summed=summed)
     registered = dict(call, mask_mode=ref_mode)  # the registered ops take the int
     _same_in_fake(torch.ops.op_plugin.flash_attn.default, [], dict(registered, return_softmax_lse=True), (out, lse))
     grad_kwargs = {k: v for k, v in registered.items() if k not in ("q", "k", "v")}
@@ -234,7 +234,7 @@ def check_flash_attn(case: Case) -> None:
                   grad_kwargs, grads)
     _, auto = _grads(ours, leaves, dout)
     _budget(("autograd dq", "autograd dk", "autograd dv", "autograd dsinks"), auto, same_grads, ref_grads,
-            case["d"], dtype, summed=keys)
+            case["d"], dtype, summed=summed)
 
 
 # ---- swa_forward / swa_backward -----------------------------------------------------------------
@@ -355,8 +355,8 @@ def check_swa(case: Case) -> None:
     grads = op_plugin.swa_backward(*leaves[:3], dy, n, layout, pse=leaves[3], sink=leaves[4], softmax_max=smax,
                                    softmax_sum=ssum, attention_in=out, seed=seed, offset=offset, numels=numels,
                                    scale_value=opts["scale"], **{k: v for k, v in opts.items() if k != "scale"})
-    keys = max(case["skv"]) + case["dv"]  # dq's cancelling terms and D's, as for flash_attn
-    _budget(("dq", "dk", "dv", "dpse", "dsink"), grads, same_grads, ref_grads, case["d"], dtype, summed=keys)
+    summed = max(case["skv"]) + case["dv"]  # dq's cancelling terms and D's, as for flash_attn
+    _budget(("dq", "dk", "dv", "dpse", "dsink"), grads, same_grads, ref_grads, case["d"], dtype, summed=summed)
     fwd_args = [*leaves[:3], n, layout]
     fwd_kwargs = dict(opts, pse=leaves[3], sink=leaves[4])
     if case["keep_prob"] == 1:  # with dropout the fake's seed and offset are unbacked SymInts
@@ -373,7 +373,7 @@ def check_swa(case: Case) -> None:
 
     _, auto = _grads(ours, leaves, dy)
     _budget(("autograd dq", "autograd dk", "autograd dv", "autograd dpse", "autograd dsink"), auto, same_grads,
-            ref_grads, case["d"], dtype, summed=keys)
+            ref_grads, case["d"], dtype, summed=summed)
 
 
 # ---- fused_floyd_attention / fused_floyd_attention_grad ------------------------------------------

@@ -4,8 +4,8 @@ Draws CALLS_PER_FAMILY (default 10,000) valid calls per op family of cases.py (n
 on every run) and checks each against the float64 references (--long: the long calls of
 cases.py, lengths around the AMX dataflows' blocks, production head dims and wide windows);
 prints per family the calls, the time and how many calls exercised each feature, as
-docs/reliability.md records them. The first
-failing call stops the run, shrunk to a minimal case by hypothesis, with its full assertion.
+docs/reliability.md records them. The first failing call stops the run, shrunk to a minimal case
+by hypothesis, with its full assertion.
 """
 from __future__ import annotations
 
