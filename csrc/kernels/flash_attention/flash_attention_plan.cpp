@@ -154,12 +154,12 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   }
   const bool amx = plan->compute == Compute::kBf16Amx || plan->compute == Compute::kF32Amx ||
                    plan->compute == Compute::kF16Amx;
-  bool sliding = false;  // the last row's window does not reach key 0
-  for (int64_t b = 0; b < p.batch; ++b)
-    if (p.seqlen_q[b] > 0 && row_window(p, p.seqlen_q[b], p.seqlen_kv[b]).lo(p.seqlen_q[b] - 1) > 0) sliding = true;
   // bf16 parts of an operand
   const int64_t parts = plan->compute == Compute::kF32Amx ? 3 : plan->compute == Compute::kF16Amx ? 2 : 1;
   if (amx) {
+    bool sliding = false;  // the last row's window does not reach key 0
+    for (int64_t b = 0; b < p.batch; ++b)
+      if (p.seqlen_q[b] > 0 && row_window(p, p.seqlen_q[b], p.seqlen_kv[b]).lo(p.seqlen_q[b] - 1) > 0) sliding = true;
     plan->amx_block_q = bwd ? kAmxBwdBlockQ : parts > 1 ? kAmxPartsBlockQ : kAmxBlockQ;
     plan->amx_block_kv = !bwd ? amx_fwd_block_kv(p, plan->amx_block_q)
                               : parts == 1 && !sliding ? kAmxBwdBlockKVBf16 : kAmxBwdBlockKV;
