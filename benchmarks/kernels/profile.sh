@@ -2,7 +2,7 @@
 # Builds one op family's kernels with the phase counters of kernels/common/profile.h
 # (-DOP_PLUGIN_PROFILE) and runs benchmarks/kernels/profile_<family>.cpp: where the time goes,
 # per phase (packing, tile GEMMs, softmax, reductions), one thread.
-# Usage: bash benchmarks/kernels/profile.sh flash_attention [bfloat16|float32] [S] [D] [W: a causal window instead]
+# Usage: bash benchmarks/kernels/profile.sh flash_attention [bfloat16|float32] [S] [D] [W: a causal window instead] [N2]
 #        bash benchmarks/kernels/profile.sh floyd_attention [bfloat16|float32|float16] [N=M=K] [D]
 # EXTRA_FLAGS adds compiler flags (an experiment's -D...); NORUN=1 only builds (to alternate binaries).
 # OP_PROFILE_REPS sets the timed runs of each call (best of 7 by default; more on a drifting host).

@@ -484,6 +484,12 @@ static std::vector<Case> cases() {
   { Case c; c.B = 2; c.N1 = 6; c.N2 = 1; c.D = 40; c.Dv = 24; c.S1 = 66; c.S2 = 97; c.mode = 4; c.wl = 30; c.wr = 2; add(c); }
   { Case c; c.N1 = 3; c.N2 = 3; c.D = 20; c.Dv = 12; c.S1 = 45; c.S2 = 45; c.mode = 3; add(c); }
   { Case c; c.N1 = 2; c.N2 = 1; c.D = 7; c.Dv = 5; c.S1 = 20; c.S2 = 30; add(c); }  // odd dims
+  // GQA in the AMX backward: a task runs 2 query heads of its kv head and writes a dK | dV partial
+  // (B * N2 = 1: 4 subgroups of 2), runs the whole group (B * N2 = 4: no partial), or 6 of 12 heads
+  // (TND, 3 sequences of which one is empty)
+  { Case c; c.N1 = 8; c.N2 = 1; c.D = 64; c.Dv = 64; c.S1 = 300; c.S2 = 300; c.mode = 3; add(c); }
+  { Case c; c.layout = "BNSD"; c.N1 = 8; c.N2 = 4; c.D = 64; c.Dv = 48; c.S1 = 260; c.S2 = 260; c.mode = 4; c.wl = 100; c.wr = 0; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {100, 0, 70}; c.lkv = {90, 0, 140}; c.N1 = 12; c.N2 = 1; c.D = 32; c.Dv = 32; c.mode = 3; add(c); }
   // seqused and sinks
   { Case c; c.B = 3; c.S1 = 80; c.S2 = 100; c.used_q = {80, 0, 33}; c.used_kv = {50, 100, 0}; c.mode = 3; add(c); }
   { Case c; c.B = 2; c.S1 = 70; c.S2 = 70; c.sinks = true; c.mode = 4; c.wl = 10; c.wr = 0; add(c); }

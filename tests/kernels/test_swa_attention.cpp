@@ -619,6 +619,9 @@ static std::vector<Case> cases() {
   { Case c; c.S1 = 97; c.S2 = 97; c.mode = 4; c.mask = kTemplate; c.pre = 30; c.next = 0; c.keep_prob = 0.9; c.seed = 5; c.sink = true; add(c); }
   { Case c; c.layout = "TND"; c.lq = {20, 0, 70}; c.lkv = {30, 5, 65}; c.mask = kSS; c.pre = 20; c.next = 20; c.pse = true; c.keep_prob = 0.6; c.seed = 99; c.offset = 1ull << 33; add(c); }
   { Case c; c.layout = "SBH"; c.B = 2; c.N1 = 4; c.N2 = 2; c.S1 = 64; c.S2 = 96; c.keep_prob = 0.5; c.seed = 1ull << 40; add(c); }
+  // GQA with every per-head feature (pse, dropout, a per-head full mask) where an AMX backward
+  // task runs 4 query heads of its kv head and writes a dK | dV partial (B * N2 = 2: 2 subgroups)
+  { Case c; c.layout = "BNSD"; c.N1 = 8; c.N2 = 2; c.S1 = 80; c.S2 = 96; c.mask = kBNSS; c.pse = true; c.keep_prob = 0.75; c.seed = 7; add(c); }
   // sweep: every layout x sparse_mode 0 (full masks in turn) / 4 x pre/next unbounded, negative
   // next, negative pre; GQA, Dv < D and tile-boundary lengths (63/64/65 x 95/96/97)
   {

@@ -2,9 +2,10 @@
 // AMX tiles; AVX-512 translation unit only). float32 (float16) inputs run the same loop with every
 // operand in three (two) bf16 parts (kParts 3, 2: amx::kSplitPairs), at their dtype's accuracy.
 //
-// One task per (b, query head n, key chunk), as the vector backward: for each key block of
-// plan.amx_block_kv keys (outer) and each strip of plan.amx_block_q query rows that can see it
-// (inner), five tile GEMMs with every operand already in the layout tiles load:
+// One task per (b, query heads n .. n + plan.bwd_task_heads - 1 of one kv head, key chunk): for
+// each key block of plan.amx_block_kv keys (outer), each of the task's heads and each strip of
+// plan.amx_block_q query rows that can see the block (inner), five tile GEMMs with every operand
+// already in the layout tiles load:
 //   S^T  = K Q^T     A = K rows of the block            B = Q^T panels (16 queries each)
 //   dP^T = V dO^T    A = V rows                          B = dO^T panels
 //   P^T = 2^(c2 S^T - lse2), dS^T = P^T (dP^T - Delta)  vectors over 16 queries, so lse2 and
@@ -13,14 +14,16 @@
 //   dV  += P^T dO    A = P^T rows                        B = dO panels over query pairs
 //   dK  += dS^T Q    A = dS^T rows                       B = Q panels over query pairs
 //   dQ^T += K^T dS^T A = K^T rows (d-major)              B = dS^T key-pair panels
-// dK / dV accumulate in fp32 blocks of the task over all strips, dQ^T in an fp32 [D][Sq] block of
-// the task over all its key blocks, transposed into rows (16 x 16 blocks) at the end. The Q / dO
-// operands of every (b, query head) and the K / V operands of every (b, kv head) are packed once
-// by stage_amx_backward, in parallel, a wave of heads at a time (Plan::amx_wave_kv), so tasks only
-// run GEMMs and the elementwise step (K and V rows that need no padding are read from the inputs
-// in place).
-// GQA partials, key-chunk dQ partials and the swa features work as in the vector backward (and
-// reuse its reductions).
+// dK / dV accumulate in fp32 blocks of the task over all its heads and strips, dQ^T in an fp32
+// [D][Sq] block per head over all the task's key blocks, transposed into rows (16 x 16 blocks) at
+// the end. The Q / dO operands of every (b, query head) and the K / V operands of every (b, kv
+// head) are packed once by stage_amx_backward, in parallel, a wave of heads at a time
+// (Plan::amx_wave_kv), so tasks only run GEMMs and the elementwise step (K and V rows that need no
+// padding are read from the inputs in place).
+// GQA: a task runs its kv head's whole group of query heads unless that leaves fewer than
+// kBwdMinTasks tasks (flash_attention_plan.cpp); a task with part of the group writes a dK | dV
+// partial, summed afterwards as the vector backward's per-head ones (reduce_group). Key-chunk dQ
+// partials and the swa features work as in the vector backward.
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -325,7 +328,8 @@ struct AmxBackward {
   // kParts 1: bf16 inputs; 2 / 3: float16 / float inputs, every operand in bf16 parts.
   template <int kFeat, int kParts>
   static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws, const Task& t, char* slot) {
-    const int64_t b = t.b, n = t.n, h = n / p.group;
+    // the task's query heads n0 .. n0 + heads - 1, of kv head h
+    const int64_t b = t.b, n0 = t.n, heads = plan.bwd_task_heads, h = n0 / p.group;
     const int64_t D = p.head_dim, Dv = p.head_dim_v;
     const int64_t Dpad = pad32(D), Dvpad = pad32(Dv), Dp = pad16(D), Dvp = pad16(Dv);
     const int64_t Br = plan.amx_block_q, Bc = plan.amx_block_kv;
@@ -336,13 +340,15 @@ struct AmxBackward {
     const int64_t C = plan.bwd_chunks, chunk = t.i0;
     const int64_t blocks = (skv + Bc - 1) / Bc;
     const int64_t jbeg = chunk * blocks / C * Bc, jend = imin(skv, (chunk + 1) * blocks / C * Bc);
-    float* dqpart = C > 1 ? reinterpret_cast<float*>(static_cast<char*>(ws) + plan.dqpart_offset) +
-                                ((chunk * plan.dq_rows + b * plan.q_batch_rows + p.q_start[b]) * p.heads_q + n) * Dp
-                          : nullptr;
+    // head n's dQ partial of this chunk (C > 1)
+    auto dqpart_of = [&](int64_t n) {
+      return reinterpret_cast<float*>(static_cast<char*>(ws) + plan.dqpart_offset) +
+             ((chunk * plan.dq_rows + b * plan.q_batch_rows + p.q_start[b]) * p.heads_q + n) * Dp;
+    };
     const int64_t dqpart_ld = p.heads_q * Dp;
     char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
     char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
-    const bool direct = p.group == 1;
+    const bool direct = p.group == heads;  // the task has the whole group: no dK | dV partial
     // dK/dV rows past seqused_kv are zero (written once, by the last chunk, when not reduced later)
     auto zero_kv_padding = [&]() {
       if (!direct || chunk != C - 1) return;
@@ -351,19 +357,20 @@ struct AmxBackward {
         zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
       }
     };
-    if (C > 1 && jbeg >= jend) {  // empty chunk: its dQ partial is zero
-      for (int64_t i = 0; i < sq; ++i) std::memset(dqpart + i * dqpart_ld, 0, sizeof(float) * static_cast<size_t>(D));
+    if (C > 1 && jbeg >= jend) {  // empty chunk: its dQ partials are zero
+      for (int64_t g = 0; g < heads; ++g)
+        for (int64_t i = 0; i < sq; ++i)
+          std::memset(dqpart_of(n0 + g) + i * dqpart_ld, 0, sizeof(float) * static_cast<size_t>(D));
       zero_kv_padding();
       return;
     }
     const RowWindow w = flash::row_window(p, sq, skv);
     const AmxBwdKv kv = amx_bwd_kv<kParts>(p, plan, ws, b, h);
-    const AmxBwdQ qd = amx_bwd_q(p, plan, ws, b, n);
     const int64_t ldq = plan.amx_dq_ld;
 
     // The slot's layout is the one flash_attention_plan.cpp sizes.
     Carve c{slot};
-    float* dqt = c.take<float>(Dp * ldq);
+    float* dqt_heads = c.take<float>(heads * Dp * ldq);  // head n0 + g's dQ^T at + g * Dp * ldq
     float* st = c.take<float>(Bc * ldS);
     float* dpt = c.take<float>(Bc * ldS);
     uint16_t* pt = c.take<uint16_t>(kParts * Bc * ldA);  // part i at + i * apart
@@ -380,19 +387,14 @@ struct AmxBackward {
     // diagonal cuts them off): only their dQ^T columns are accumulated, zeroed and transposed.
     const int64_t qlo = imax(0, w.first_row(jbeg)), qhi = imin(sq - 1, w.last_row(jend - 1));
     const int64_t col_lo = qlo & ~int64_t(31), col_hi = imin(ldq, pad32(qhi + 1));
-    for (int64_t d = 0; d < Dp && col_lo < col_hi; ++d)
-      std::memset(dqt + d * ldq + col_lo, 0, sizeof(float) * static_cast<size_t>(col_hi - col_lo));
+    for (int64_t d = 0; d < heads * Dp && col_lo < col_hi; ++d)
+      std::memset(dqt_heads + d * ldq + col_lo, 0, sizeof(float) * static_cast<size_t>(col_hi - col_lo));
     DropoutKey dkey;
     DropoutLanes lanes;
-    uint64_t e_head = 0;  // dropout element of (row 0, key 0) of this head
     if constexpr ((kFeat & kFeatDropout) != 0) {
       dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
       lanes.set(skv);
-      e_head = dropout_row0(p, b, n, 0);
     }
-    float* dpse = p.want_dpse ? reinterpret_cast<float*>(static_cast<char*>(ws) + plan.dpse_offset) +
-                                    (b * p.heads_q + n) * plan.dpse_rows * plan.dpse_cols
-                              : nullptr;
     const float c2 = static_cast<float>(p.scale * kLog2e);
     const float sc_out = static_cast<float>(p.scale);
     float* partial = direct ? nullptr : reinterpret_cast<float*>(static_cast<char*>(ws) + plan.partial_offset);
@@ -404,52 +406,63 @@ struct AmxBackward {
       const int64_t ilo = imax(0, w.first_row(j0)), ihi = imin(sq - 1, w.last_row(j0 + nc - 1));
       // dK / dV are not zeroed first: each strip's products write the key rows no earlier strip
       // wrote and accumulate into the others. Both ends of a strip's rows [klo, khi) only grow with
-      // the strip's queries, so the rows written so far are one range [wlo, whi).
+      // the strip's queries, so the rows written so far are one range [wlo, whi); the next heads'
+      // strips see the same rows again and accumulate.
       int64_t wlo = -1, whi = 0;
-      for (int64_t i0 = ilo & ~int64_t(31); i0 <= ihi; i0 += Br) {
-        const int64_t nq = pad32(imin(Br, ihi + 1 - i0));
-        // The block's key rows [klo, khi) some query of the strip sees (a multiple of 32 each):
-        // the causal diagonal's and a window's strips skip the rest, whose P^T and dS^T are zero.
-        const int64_t i1 = imin(ihi, i0 + nq - 1);
-        const int64_t klo = imax(0, w.lo(i0) - j0) & ~int64_t(31), khi = imin(ncp, pad32(w.hi(i1) - j0 + 1));
-        if (khi <= klo) continue;
-        const int64_t nk = khi - klo;
-        {
-          OP_PROFILE_SCOPE(kGemm);
-          // S^T with the forward's order of part products: the same logits bit for bit (amx_tile.h)
-          amx::gemm_parts<false, kParts, true>(nk, nq, Dpad, kv.ka + (j0 + klo) * kv.lda_k, kv.lda_k, kv.kapart,
-                                               qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, qd.qtpart, st + klo * ldS,
-                                               ldS, [] {});
-          amx::gemm_parts<false, kParts>(nk, nq, Dvpad, kv.va + (j0 + klo) * kv.lda_v, kv.lda_v, kv.vapart,
-                                         qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, qd.dotpart, dpt + klo * ldS, ldS,
-                                         [] {});
-        }
-        {
-          OP_PROFILE_SCOPE(kSoftmax);
-          if constexpr ((kFeat & kFeatBias) != 0)
-            build_bias<float>(p, b, n, i0, imin(nq, sq - i0), j0, nc, c2, bias, mt, Br);
-          elementwise<kFeat, kParts>(w, qd, i0, nq, j0, nc, klo, khi, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, apart,
-                                     dsp, Bc, dspart, bias, Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
-        }
-        {
-          OP_PROFILE_SCOPE(kGemm);
-          auto dv_dk = [&](auto accumulate, int64_t r0, int64_t r1) {  // key rows [r0, r1)
-            constexpr bool kAcc = decltype(accumulate)::value;
-            if (r1 <= r0) return;
-            amx::gemm_parts<kAcc, kParts>(r1 - r0, Dvp, nq, pt + r0 * ldA, ldA, apart, qd.dop + 32 * (i0 / 2),
-                                          16 * qd.ld, qd.doppart, dvacc + r0 * ldV, ldV, [] {});
-            amx::gemm_parts<kAcc, kParts>(r1 - r0, Dp, nq, dst + r0 * ldA, ldA, apart, qd.qp + 32 * (i0 / 2),
-                                          16 * qd.ld, qd.qppart, dkacc + r0 * ldK, ldK, [] {});
-          };
-          if (wlo < 0) wlo = klo;
-          dv_dk(std::true_type{}, klo, imin(khi, whi));
-          dv_dk(std::false_type{}, imax(klo, whi), khi);
-          whi = imax(whi, khi);
-          amx::gemm_parts<true, kParts>(Dp, nq, nk, kv.kt + j0 + klo, kv.ld, kv.ktpart, dsp + 16 * klo, 16 * Bc, dspart,
-                                        dqt + i0, ldq, [] {});
+      for (int64_t g = 0; g < heads; ++g) {
+        const int64_t n = n0 + g;
+        const AmxBwdQ qd = amx_bwd_q(p, plan, ws, b, n);
+        float* dqt = dqt_heads + g * Dp * ldq;
+        uint64_t e_head = 0;  // dropout element of (row 0, key 0) of this head
+        if constexpr ((kFeat & kFeatDropout) != 0) e_head = dropout_row0(p, b, n, 0);
+        float* dpse = p.want_dpse ? reinterpret_cast<float*>(static_cast<char*>(ws) + plan.dpse_offset) +
+                                        (b * p.heads_q + n) * plan.dpse_rows * plan.dpse_cols
+                                  : nullptr;
+        for (int64_t i0 = ilo & ~int64_t(31); i0 <= ihi; i0 += Br) {
+          const int64_t nq = pad32(imin(Br, ihi + 1 - i0));
+          // The block's key rows [klo, khi) some query of the strip sees (a multiple of 32 each):
+          // the causal diagonal's and a window's strips skip the rest, whose P^T and dS^T are zero.
+          const int64_t i1 = imin(ihi, i0 + nq - 1);
+          const int64_t klo = imax(0, w.lo(i0) - j0) & ~int64_t(31), khi = imin(ncp, pad32(w.hi(i1) - j0 + 1));
+          if (khi <= klo) continue;
+          const int64_t nk = khi - klo;
+          {
+            OP_PROFILE_SCOPE(kGemm);
+            // S^T with the forward's order of part products: the same logits bit for bit (amx_tile.h)
+            amx::gemm_parts<false, kParts, true>(nk, nq, Dpad, kv.ka + (j0 + klo) * kv.lda_k, kv.lda_k, kv.kapart,
+                                                 qd.qt + (i0 / 16) * 16 * Dpad, 16 * Dpad, qd.qtpart, st + klo * ldS,
+                                                 ldS, [] {});
+            amx::gemm_parts<false, kParts>(nk, nq, Dvpad, kv.va + (j0 + klo) * kv.lda_v, kv.lda_v, kv.vapart,
+                                           qd.dot + (i0 / 16) * 16 * Dvpad, 16 * Dvpad, qd.dotpart, dpt + klo * ldS, ldS,
+                                           [] {});
+          }
+          {
+            OP_PROFILE_SCOPE(kSoftmax);
+            if constexpr ((kFeat & kFeatBias) != 0)
+              build_bias<float>(p, b, n, i0, imin(nq, sq - i0), j0, nc, c2, bias, mt, Br);
+            elementwise<kFeat, kParts>(w, qd, i0, nq, j0, nc, klo, khi, sq, c2, sc_out, st, dpt, ldS, pt, dst, ldA, apart,
+                                       dsp, Bc, dspart, bias, Br, dpse, plan.dpse_cols, e_head, skv, lanes, dkey);
+          }
+          {
+            OP_PROFILE_SCOPE(kGemm);
+            auto dv_dk = [&](auto accumulate, int64_t r0, int64_t r1) {  // key rows [r0, r1)
+              constexpr bool kAcc = decltype(accumulate)::value;
+              if (r1 <= r0) return;
+              amx::gemm_parts<kAcc, kParts>(r1 - r0, Dvp, nq, pt + r0 * ldA, ldA, apart, qd.dop + 32 * (i0 / 2),
+                                            16 * qd.ld, qd.doppart, dvacc + r0 * ldV, ldV, [] {});
+              amx::gemm_parts<kAcc, kParts>(r1 - r0, Dp, nq, dst + r0 * ldA, ldA, apart, qd.qp + 32 * (i0 / 2),
+                                            16 * qd.ld, qd.qppart, dkacc + r0 * ldK, ldK, [] {});
+            };
+            if (wlo < 0) wlo = klo;
+            dv_dk(std::true_type{}, klo, imin(khi, whi));
+            dv_dk(std::false_type{}, imax(klo, whi), khi);
+            whi = imax(whi, khi);
+            amx::gemm_parts<true, kParts>(Dp, nq, nk, kv.kt + j0 + klo, kv.ld, kv.ktpart, dsp + 16 * klo, 16 * Bc, dspart,
+                                          dqt + i0, ldq, [] {});
+          }
         }
       }
-      // dK (scaled) and dV of this key block, or their GQA partial; key rows no query of the
+      // dK (scaled) and dV of this key block, or the task's GQA partial; key rows no query of the
       // chunk sees are zero
       OP_PROFILE_SCOPE(kOther);
       if (wlo < 0) wlo = whi = 0;
@@ -465,7 +478,7 @@ struct AmxBackward {
           store_row<float, true>(out_kind, dvacc + j * ldV, dv + (j0 + j) * p.dv_row_stride * ob, Dv, 1.0f,
                                  tmp + 16 * ldK, /*stream=*/true);
         } else {
-          float* row = partial + ((prow0 + j0 + j) * p.heads_q + n) * (Dp + Dvp);
+          float* row = partial + ((prow0 + j0 + j) * (p.heads_q / heads) + n0 / heads) * (Dp + Dvp);
           std::memcpy(row, dkacc + j * ldK, sizeof(float) * static_cast<size_t>(D));
           std::memcpy(row + Dp, dvacc + j * ldV, sizeof(float) * static_cast<size_t>(Dv));
         }
@@ -477,34 +490,36 @@ struct AmxBackward {
     // dQ: the task's [D][Sq] block transposed back into rows, 16 x 16 at a time; the rows outside
     // [qlo, qhi] got nothing from this chunk and are written as zeros
     OP_PROFILE_SCOPE(kReduce);
-    char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
-    auto zero_dq_row = [&](int64_t i) {
-      if (C > 1)
-        std::memset(dqpart + i * dqpart_ld, 0, sizeof(float) * static_cast<size_t>(D));
-      else
-        zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
-    };
     const int64_t t_lo = qlo <= qhi ? qlo & ~int64_t(15) : sq, t_hi = qlo <= qhi ? imin(sq, (qhi | 15) + 1) : sq;
-    for (int64_t i = 0; i < t_lo; ++i) zero_dq_row(i);
-    for (int64_t i = t_hi; i < sq; ++i) zero_dq_row(i);
-    for (int64_t i0 = t_lo; i0 < t_hi; i0 += 16) {
-      for (int64_t d0 = 0; d0 < Dp; d0 += 16)
-        amx::transpose16x16_u32(reinterpret_cast<const uint32_t*>(dqt + d0 * ldq + i0), ldq, 16, 16,
-                                reinterpret_cast<uint32_t*>(tmp + d0), ldK);
-      for (int64_t i = i0; i < imin(sq, i0 + 16); ++i) {
-        const float* row = tmp + (i - i0) * ldK;
+    for (int64_t g = 0; g < heads; ++g) {
+      const int64_t n = n0 + g;
+      const float* dqt = dqt_heads + g * Dp * ldq;
+      float* dqpart = C > 1 ? dqpart_of(n) : nullptr;
+      char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
+      auto zero_dq_row = [&](int64_t i) {
         if (C > 1)
-          std::memcpy(dqpart + i * dqpart_ld, row, sizeof(float) * static_cast<size_t>(D));
+          std::memset(dqpart + i * dqpart_ld, 0, sizeof(float) * static_cast<size_t>(D));
         else
-          store_row<float, true>(out_kind, row, dq + i * p.dq_row_stride * ob, D, sc_out, tmp + 16 * ldK,
-                                 /*stream=*/true);
+          zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
+      };
+      for (int64_t i = 0; i < t_lo; ++i) zero_dq_row(i);
+      for (int64_t i = t_hi; i < sq; ++i) zero_dq_row(i);
+      for (int64_t i0 = t_lo; i0 < t_hi; i0 += 16) {
+        for (int64_t d0 = 0; d0 < Dp; d0 += 16)
+          amx::transpose16x16_u32(reinterpret_cast<const uint32_t*>(dqt + d0 * ldq + i0), ldq, 16, 16,
+                                  reinterpret_cast<uint32_t*>(tmp + d0), ldK);
+        for (int64_t i = i0; i < imin(sq, i0 + 16); ++i) {
+          const float* row = tmp + (i - i0) * ldK;
+          if (C > 1)
+            std::memcpy(dqpart + i * dqpart_ld, row, sizeof(float) * static_cast<size_t>(D));
+          else
+            store_row<float, true>(out_kind, row, dq + i * p.dq_row_stride * ob, D, sc_out, tmp + 16 * ldK,
+                                   /*stream=*/true);
+        }
       }
+      if (C == 1)
+        for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
     }
-    if (C > 1) {
-      zero_kv_padding();
-      return;
-    }
-    for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
     zero_kv_padding();
     _mm_sfence();  // and the streamed dQ rows
   }

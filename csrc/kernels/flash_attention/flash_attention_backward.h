@@ -391,7 +391,8 @@ struct Backward {
     });
   }
 
-  // GQA: dK[b, j, h] = scale * sum_{n in group h} partial[j][n][:D], dV likewise (fixed order).
+  // GQA: dK[b, j, h] = scale * the sum of kv head h's partials (one per task of its group: per query
+  // head but on the AMX dataflow) at row j, [:D]; dV likewise (fixed order).
   static void reduce_group(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace) {
     const int64_t D = p.head_dim, Dv = p.head_dim_v;
     const int64_t Dp = pad16(D), Dvp = pad16(Dv);
@@ -399,6 +400,8 @@ struct Backward {
     const int64_t ob = out_elem_bytes(out_kind);
     const S sc_out = static_cast<S>(p.scale);
     const int64_t items = p.batch * p.heads_kv;
+    // a partial per task of a kv head's group (per query head but on the AMX dataflow)
+    const int64_t parts = p.group / plan.bwd_task_heads, parts_per_row = p.heads_q / plan.bwd_task_heads;
     op_plugin::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
       S rowk[512 + 16];
       float tmp[512 + 16];
@@ -414,14 +417,14 @@ struct Backward {
             zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
             continue;
           }
-          const S* base = partial + ((prow0 + j) * p.heads_q + h * p.group) * (Dp + Dvp);
+          const S* base = partial + ((prow0 + j) * parts_per_row + h * parts) * (Dp + Dvp);
           for (int part = 0; part < 2; ++part) {
             const int64_t off = part == 0 ? 0 : Dp;
             const int64_t len = part == 0 ? D : Dv;
             for (int64_t c0 = 0; c0 < len; c0 += 512) {
               const int64_t cn = imin(512, len - c0);
               for (int64_t cc = 0; cc < cn; ++cc) rowk[cc] = base[off + c0 + cc];
-              for (int64_t g = 1; g < p.group; ++g) {
+              for (int64_t g = 1; g < parts; ++g) {
                 const S* src = base + g * (Dp + Dvp) + off + c0;
                 for (int64_t cc = 0; cc < cn; ++cc) rowk[cc] += src[cc];
               }

@@ -180,7 +180,7 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
       });
     });
     OP_PROFILE_SCOPE(kReduce);
-    if (p.group > 1) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
+    if (p.group > plan.bwd_task_heads) Backward<OpsBf16>::reduce_group(p, plan, out_kind, ws);
     if (plan.bwd_chunks > 1) Backward<OpsBf16>::reduce_dq(p, plan, out_kind, ws);
   } else
 #endif
@@ -198,7 +198,7 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
     for (int64_t n = 0; n < p.heads_q; ++n)
       for (int64_t i = 0; i < p.rows_q[b]; ++i)
         zero_row(out_kind, static_cast<char*>(p.dq) + (b * p.dq_batch_stride + (p.q_start[b] + i) * p.dq_row_stride + n * p.dq_head_stride) * ob, p.head_dim);
-    if (p.group == 1)
+    if (p.group == plan.bwd_task_heads)  // no reduce_group: dK / dV written by the tasks
       for (int64_t h = 0; h < p.heads_kv; ++h)
         for (int64_t j = 0; j < p.rows_kv[b]; ++j) {
           zero_row(out_kind, static_cast<char*>(p.dk) + (b * p.dk_batch_stride + (p.kv_start[b] + j) * p.dk_row_stride + h * p.dk_head_stride) * ob, p.head_dim);

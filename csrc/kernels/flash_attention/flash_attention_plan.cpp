@@ -89,7 +89,7 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   plan->small = true;
   plan->convert_in_tasks = false;
   plan->stage_mask = 0;
-  plan->bwd_chunks = 1;
+  plan->bwd_chunks = plan->bwd_task_heads = 1;
   plan->vpair_rows = plan->panel_rows = plan->bkv_rows = plan->bq_rows = plan->dq_rows = plan->partial_rows = 0;
   std::vector<Task>* tasks = &storage->tasks;
   tasks->clear();
@@ -180,7 +180,9 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
         }
     }
   }
-  plan->bwd_chunks = 1;
+  plan->bwd_chunks = plan->bwd_task_heads = 1;
+  const int64_t group = std::max<int64_t>(1, p.heads_q / std::max<int64_t>(1, p.heads_kv));
+  const int64_t kv_items = std::max<int64_t>(1, p.batch * p.heads_kv);
   if (bwd) {
     // Enough tasks to balance a few threads even when B * N1 is small (and to survive a
     // preempted thread): at least kBwdMinTasks when the keys allow it. A constant, not the
@@ -199,7 +201,18 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
       tiles_max = std::max(tiles_max, ceil_div(p.seqlen_kv[b], block_kv));
       q_rows += p.rows_q[b];
     }
-    const int64_t heads = std::max<int64_t>(1, p.batch * p.heads_q);
+    // GQA on the AMX dataflow: a task runs several query heads of its kv head, accumulating their
+    // dK / dV in its own fp32 block, so that no per-head dK | dV partial is written, read back
+    // and summed (they took heads_q x |dK| + |dV| of fp32 workspace: 256 MiB at S=8192, 32 query
+    // heads on 8, D=128). The group is split only as far as kBwdMinTasks asks, into `subgroups`
+    // (a divisor of the group) before any key chunks; each task keeps a dQ^T block per head.
+    int64_t subgroups = group;
+    if (amx) {
+      subgroups = std::min(group, ceil_div(kBwdMinTasks, kv_items));
+      while (group % subgroups != 0) ++subgroups;
+    }
+    plan->bwd_task_heads = group / subgroups;
+    const int64_t heads = kv_items * subgroups;
     const int64_t dq_elems = std::max<int64_t>(1, q_rows * p.heads_q * pad16(p.head_dim));
     int64_t chunks = std::min(tiles_max, ceil_div(kBwdMinTasks, heads));
     chunks = std::min(chunks, kMaxPartialElems / dq_elems);
@@ -210,11 +223,12 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
       if (sq == 0 && skv == 0) continue;
       const RowWindow w = row_window(p, sq, skv);
       const int64_t tiles = ceil_div(skv, block_kv);
-      for (int64_t n = 0; n < p.heads_q; ++n)
+      // a task's heads: n .. n + bwd_task_heads - 1
+      for (int64_t n = 0; n < p.heads_q; n += plan->bwd_task_heads)
         for (int64_t c = 0; c < C; ++c) {
           const int64_t t0 = c * tiles / C, t1 = (c + 1) * tiles / C;
-          const int64_t cost =
-              1 + ceil_div(sq, block_q) + (t1 - t0) + bwd_tiles(w, sq, skv, t0, t1, block_q, block_kv) * 4;
+          const int64_t cost = plan->bwd_task_heads * (1 + ceil_div(sq, block_q) + (t1 - t0) +
+                                                       bwd_tiles(w, sq, skv, t0, t1, block_q, block_kv) * 4);
           tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), c, cost});
         }
     }
@@ -229,12 +243,11 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   // panels are used while in cache); two tasks per thread a wave measured slower.
   constexpr int64_t kWaveTasksPerThread = 1;
   constexpr int64_t kWaveBytesPerThread = int64_t(2) << 20;
-  const int64_t kv_items = std::max<int64_t>(1, p.batch * p.heads_kv);
-  const int64_t group = std::max<int64_t>(1, p.heads_q / std::max<int64_t>(1, p.heads_kv));
   plan->amx_wave_kv = kv_items;
   if (amx) {
     // The forward's item has a task per block_q query rows of each of its query heads.
-    const int64_t item_tasks = group * (bwd ? plan->bwd_chunks : std::max<int64_t>(1, ceil_div(p.max_seqlen_q, block_q)));
+    const int64_t item_tasks = bwd ? group / plan->bwd_task_heads * plan->bwd_chunks
+                                   : group * std::max<int64_t>(1, ceil_div(p.max_seqlen_q, block_q));
     const int64_t nthreads = std::max<int64_t>(1, threads);
     const int64_t by_tasks = ceil_div(kWaveTasksPerThread * nthreads, item_tasks);
     const int64_t by_bytes = kWaveBytesPerThread * nthreads / std::max<int64_t>(1, amx_item_bytes(p, bwd, parts));
@@ -274,7 +287,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   if (amx && bwd) {  // flash_attention_amx_backward.h carves these in this order
     const int64_t bq = plan->amx_block_q, bkv = plan->amx_block_kv;
     plan->amx_dq_ld = amx_rows(p.max_seqlen_q) + 16;
-    slot += up(Dp * plan->amx_dq_ld * 4);        // dQ^T accumulator
+    slot += plan->bwd_task_heads * up(Dp * plan->amx_dq_ld * 4);  // dQ^T accumulator of each head
     slot += 2 * up(bkv * (bq + 16) * 4);         // S^T, dP^T
     slot += 2 * up(parts * bkv * (bq + 32) * 2); // P^T, dS^T rows (A tiles)
     slot += up(parts * bq * bkv * 2);            // dS^T key-pair panels (B tiles)
@@ -404,7 +417,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
         layout.reserve(static_cast<uint64_t>(plan->bwd_chunks * rows * p.heads_q * Dp * ss));
   }
   plan->partial_rows = 0;
-  if (bwd && p.group > 1) {
+  if (bwd && p.group > plan->bwd_task_heads) {
     int64_t rows = 0;
     if (plan->kv_batch_rows > 0) {
       rows = p.batch * plan->kv_batch_rows;
@@ -412,7 +425,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
       for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.kv_start[b] + p.rows_kv[b]);
     }
     plan->partial_rows = rows;
-    plan->partial_offset = layout.reserve(static_cast<uint64_t>(rows * p.heads_q * (Dp + Dvp) * ss));
+    plan->partial_offset =
+        layout.reserve(static_cast<uint64_t>(rows * (p.heads_q / plan->bwd_task_heads) * (Dp + Dvp) * ss));
   }
   plan->dpse_rows = plan->dpse_cols = 0;
   if (bwd && static_cast<const FlashAttnBwdParams&>(p).want_dpse) {
