@@ -365,11 +365,10 @@ def test_grad_of_mqa_sums_over_the_group() -> None:
     torch.testing.assert_close(dv, dv_r.sum(2, keepdim=True), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.skipif(op_plugin.isa_level() != "avx512_amx", reason="the AMX dataflow's plan (bf16 on AMX tiles)")
 def test_gqa_backward_workspace_holds_no_per_head_partial() -> None:
-    # With enough kv heads (B * N2 >= 4) an AMX backward task runs its kv head's whole group and
-    # writes dK / dV itself. It used to write an fp32 dK | dV partial per query head, summed after:
-    # those alone took N1 x S x (D + Dv) fp32 (32 MiB here, 256 MiB at S=8192 D=128).
+    # With enough kv heads (B * N2 >= 4) a backward task runs its kv head's whole group and writes
+    # dK / dV itself, on every ISA level. It used to write an fp32 dK | dV partial per query head,
+    # summed after: those alone took N1 x S x (D + Dv) fp32 (32 MiB here, 256 MiB at S=8192 D=128).
     S, N1, N2, D = 2048, 32, 8, 64
     x = make_inputs("BNSD", 1, S, S, N1, N2, D, D, torch.bfloat16, seed=3)
     opts = dict(layout_q="BNSD", layout_kv="BNSD", layout_out="BNSD", mask_mode=3, attn_mask=TEMPLATE,

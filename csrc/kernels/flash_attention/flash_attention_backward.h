@@ -1,12 +1,14 @@
 // Backward tile loop of the flash attention engine, vector (FMA / vdpbf16ps) dataflow.
 //
-// One task per (b, query head, key chunk): for each key tile (outer) and each query tile that
-// can see it (inner): S^T, dP^T = V dO^T (vector operand dO packed once as dOt),
+// One task per (b, query heads n .. n + plan.bwd_task_heads - 1 of one kv head, key chunk), its
+// heads one after the other: for each key tile (outer) and each query tile that can see it
+// (inner): S^T, dP^T = V dO^T (vector operand dO packed once as dOt),
 // P^T = exp(S^T - lse), dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q (dO / Q rows as
 // vector operands), dQ += dS K (dS as broadcast operand). dQ lives in a per-task fp32 buffer for
-// the whole head, dK/dV in per-key-tile buffers: five GEMMs per tile, no recomputation pass, no
-// atomics. dK/dV of query heads sharing a kv head (GQA) go to a partial buffer and are summed in
-// a fixed order afterwards (reduce_group); dQ partials of key chunks likewise (reduce_dq).
+// the whole head, dK/dV in per-key-tile buffers (for several heads: buffers for every key of the
+// chunk, which the heads' products meet in): five GEMMs per tile, no recomputation pass, no
+// atomics. GQA: a task with part of its kv head's group writes a dK/dV partial, summed in a fixed
+// order afterwards (reduce_group); dQ partials of key chunks likewise (reduce_dq).
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -37,7 +39,16 @@ struct Backward {
   template <int kFeat>
   static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace, const Task& t,
                    char* slot) {
-    const int64_t b = t.b, n = t.n;
+    for (int64_t g = 0; g < plan.bwd_task_heads; ++g)
+      head<kFeat>(p, plan, out_kind, workspace, t, slot, t.n + g, g == 0, g == plan.bwd_task_heads - 1);
+  }
+
+  // Query head n of task t; its dK / dV products accumulate into the first head's (first) and are
+  // written by the last head's (last).
+  template <int kFeat>
+  static void head(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace, const Task& t,
+                   char* slot, int64_t n, bool first, bool last) {
+    const int64_t b = t.b, heads = plan.bwd_task_heads;
     const int64_t h = n / p.group;
     const int64_t D = p.head_dim, Dv = p.head_dim_v;
     const int64_t D2 = (D + 1) / 2 * 2, Dv2 = (Dv + 1) / 2 * 2;
@@ -51,7 +62,7 @@ struct Backward {
     const int64_t dqpart_ld = p.heads_q * pad16(D);
     // dK/dV rows past seqused_kv are zero (written by the last chunk when not reduced later).
     auto zero_kv_padding = [&]() {
-      if (p.group != 1 || chunk != C - 1) return;
+      if (p.group != heads || chunk != C - 1 || !last) return;
       const int64_t ob = out_elem_bytes(out_kind);
       char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
       char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
@@ -90,8 +101,9 @@ struct Backward {
     T* pt = c.take<T>(3 * Bc * Br);
     T* dst = pt + Bc * Br;
     T* dsi = dst + Bc * Br;
-    S* dkacc = c.take<S>(Bc * (Dp + Dvp));
-    S* dvacc = dkacc + Bc * Dp;
+    const int64_t acc_rows = plan.bwd_acc_rows;
+    S* dkacc_rows = c.take<S>(acc_rows * (Dp + Dvp));  // kept across the task's heads
+    S* dvacc_rows = dkacc_rows + acc_rows * Dp;
     float* tmp = c.take<float>(Dp + Dvp);  // output conversion scratch
     S* bias = (kFeat & kFeatBias) ? c.take<S>(Bc * Br) : nullptr;
     uint8_t* mt = (kFeat & kFeatBias) ? c.take<uint8_t>(Bc * Br) : nullptr;
@@ -160,7 +172,7 @@ struct Backward {
 
     const S c2 = static_cast<S>(p.scale * kLog2e);
     const S sc_out = static_cast<S>(p.scale);
-    const bool direct = p.group == 1;
+    const bool direct = p.group == heads;  // the task has the whole group: no dK/dV partial
     S* partial = direct ? nullptr
                         : reinterpret_cast<S*>(static_cast<char*>(workspace) + plan.partial_offset);
     const int64_t prow0 = b * plan.kv_batch_rows + p.kv_start[b];
@@ -170,8 +182,14 @@ struct Backward {
       const int64_t nc = imin(Bc, skv - j0);
       const int64_t ilo = imax(0, w.first_row(j0));
       const int64_t ihi = imin(sq - 1, w.last_row(j0 + nc - 1));
-      for (int64_t i = 0; i < nc * Dp; ++i) dkacc[i] = S(0);
-      for (int64_t i = 0; i < nc * Dvp; ++i) dvacc[i] = S(0);
+      // this key tile's accumulator rows: the slot's only tile, or its place in the chunk's keys
+      const int64_t acc0 = heads > 1 ? j0 - jbeg : 0;
+      S* dkacc = dkacc_rows + acc0 * Dp;
+      S* dvacc = dvacc_rows + acc0 * Dvp;
+      if (first) {
+        for (int64_t i = 0; i < nc * Dp; ++i) dkacc[i] = S(0);
+        for (int64_t i = 0; i < nc * Dvp; ++i) dvacc[i] = S(0);
+      }
       if (ilo <= ihi) {
         const T* kt;
         const T* vt;
@@ -295,7 +313,9 @@ struct Backward {
       }
       // ---- write dK (scaled), dV of this key tile ----------------------------------------
       OP_PROFILE_SCOPE(kReduce);
-      if (direct) {
+      if (!last) {
+        // the task's next head accumulates into them
+      } else if (direct) {
         const int64_t ob = out_elem_bytes(out_kind);
         char* dk = static_cast<char*>(p.dk) +
                    (b * p.dk_batch_stride + (p.kv_start[b] + j0) * p.dk_row_stride + h * p.dk_head_stride) * ob;
@@ -307,7 +327,7 @@ struct Backward {
         }
       } else {
         for (int64_t j = 0; j < nc; ++j) {
-          S* dst_row = partial + ((prow0 + j0 + j) * p.heads_q + n) * (Dp + Dvp);
+          S* dst_row = partial + ((prow0 + j0 + j) * (p.heads_q / heads) + t.n / heads) * (Dp + Dvp);
           std::memcpy(dst_row, dkacc + j * Dp, static_cast<size_t>(D) * sizeof(S));
           std::memcpy(dst_row + Dp, dvacc + j * Dvp, static_cast<size_t>(Dv) * sizeof(S));
         }
@@ -325,14 +345,7 @@ struct Backward {
     char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
     for (int64_t i = 0; i < sq; ++i) store_row<S, Ops::kNativeBf16>(out_kind, dqacc + i * Dp, dq + i * p.dq_row_stride * ob, D, sc_out, tmp);
     for (int64_t i = sq; i < p.rows_q[b]; ++i) zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
-    if (direct) {
-      char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
-      char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
-      for (int64_t j = skv; j < p.rows_kv[b]; ++j) {
-        zero_row(out_kind, dk + j * p.dk_row_stride * ob, D);
-        zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
-      }
-    }
+    zero_kv_padding();
   }
 
   // Dropout of one P^T vector: pd = P Z / keep_prob feeds dV, dP Z / keep_prob feeds dS.
@@ -391,8 +404,8 @@ struct Backward {
     });
   }
 
-  // GQA: dK[b, j, h] = scale * the sum of kv head h's partials (one per task of its group: per query
-  // head but on the AMX dataflow) at row j, [:D]; dV likewise (fixed order).
+  // GQA: dK[b, j, h] = scale * the sum of kv head h's partials (one per task of its group) at row
+  // j, [:D]; dV likewise (fixed order).
   static void reduce_group(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace) {
     const int64_t D = p.head_dim, Dv = p.head_dim_v;
     const int64_t Dp = pad16(D), Dvp = pad16(Dv);
@@ -400,7 +413,7 @@ struct Backward {
     const int64_t ob = out_elem_bytes(out_kind);
     const S sc_out = static_cast<S>(p.scale);
     const int64_t items = p.batch * p.heads_kv;
-    // a partial per task of a kv head's group (per query head but on the AMX dataflow)
+    // a partial per task of a kv head's group
     const int64_t parts = p.group / plan.bwd_task_heads, parts_per_row = p.heads_q / plan.bwd_task_heads;
     op_plugin::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
       S rowk[512 + 16];

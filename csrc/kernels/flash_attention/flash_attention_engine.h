@@ -64,7 +64,7 @@ void run_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, v
       Backward<Ops>::template task<decltype(feat)::value>(p, plan, out_kind, ws, t, slot);
     });
   });
-  if (p.group > 1) Backward<Ops>::reduce_group(p, plan, out_kind, ws);
+  if (p.group > plan.bwd_task_heads) Backward<Ops>::reduce_group(p, plan, out_kind, ws);
   if (plan.bwd_chunks > 1) Backward<Ops>::reduce_dq(p, plan, out_kind, ws);
 }
 

@@ -201,16 +201,14 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
       tiles_max = std::max(tiles_max, ceil_div(p.seqlen_kv[b], block_kv));
       q_rows += p.rows_q[b];
     }
-    // GQA on the AMX dataflow: a task runs several query heads of its kv head, accumulating their
-    // dK / dV in its own fp32 block, so that no per-head dK | dV partial is written, read back
-    // and summed (they took heads_q x |dK| + |dV| of fp32 workspace: 256 MiB at S=8192, 32 query
-    // heads on 8, D=128). The group is split only as far as kBwdMinTasks asks, into `subgroups`
-    // (a divisor of the group) before any key chunks; each task keeps a dQ^T block per head.
-    int64_t subgroups = group;
-    if (amx) {
-      subgroups = std::min(group, ceil_div(kBwdMinTasks, kv_items));
-      while (group % subgroups != 0) ++subgroups;
-    }
+    // GQA: a task runs several query heads of its kv head, accumulating their dK / dV in its own
+    // block, so that no per-head dK | dV partial is written, read back and summed (they took
+    // heads_q x |dK| + |dV| of fp32 workspace: 256 MiB at S=8192, 32 query heads on 8, D=128).
+    // The group is split only as far as kBwdMinTasks asks, into `subgroups` (a divisor of the
+    // group) before any key chunks. An AMX task keeps a dQ^T block per head; a vector task runs its
+    // heads one after the other, with dK / dV accumulators for every key of its chunk.
+    int64_t subgroups = std::min(group, ceil_div(kBwdMinTasks, kv_items));
+    while (group % subgroups != 0) ++subgroups;
     plan->bwd_task_heads = group / subgroups;
     const int64_t heads = kv_items * subgroups;
     const int64_t dq_elems = std::max<int64_t>(1, q_rows * p.heads_q * pad16(p.head_dim));
@@ -218,6 +216,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     chunks = std::min(chunks, kMaxPartialElems / dq_elems);
     plan->bwd_chunks = std::max<int64_t>(1, chunks);
     const int64_t C = plan->bwd_chunks;
+    plan->bwd_acc_rows = plan->bwd_task_heads == 1 ? kBlockKV : ceil_div(tiles_max, C) * block_kv;
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
       if (sq == 0 && skv == 0) continue;
@@ -328,7 +327,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     slot += up(S1p * Dp * ss);           // dQ accumulator
     slot += up(2 * Bc * Br * ss);        // scores, dP
     slot += up(3 * Bc * Br * es);        // P, dS, dS interleaved (operand format)
-    slot += up(Bc * (Dp + Dvp) * ss);    // dK, dV accumulators
+    slot += up(plan->bwd_acc_rows * (Dp + Dvp) * ss);  // dK, dV accumulators
     slot += up((Dp + Dvp) * 4);          // conversion scratch
     if (p.full_mask || p.pse) slot += up(Bc * Br * ss) + up(Bc * Br);  // additive mask / pse tile, mask bytes
     if (plan->convert_in_tasks)  // the head's q and dout rows, a key tile's k and v rows, converted

@@ -134,10 +134,11 @@ struct Plan {
   uint64_t dqpart_offset = 0;
   int64_t dq_rows = 0;           // q rows of all batches (rows of the dQ partial)
   // Backward, GQA: the query heads of a kv head that one task runs (bwd_task_heads, a divisor of
-  // the group; 1 but on the AMX dataflow). With fewer than the whole group, each task writes an
-  // fp32/fp64 dK|dV partial, [kv row][N1 / bwd_task_heads][Dp + Dvp], summed in head order
-  // afterwards (reduce_group); with the whole group, the task writes dK / dV itself.
-  int64_t bwd_task_heads = 1;
+  // the group). With fewer than the whole group, each task writes an fp32/fp64 dK|dV partial,
+  // [kv row][N1 / bwd_task_heads][Dp + Dvp], summed in head order afterwards (reduce_group); with
+  // the whole group, the task writes dK / dV itself. bwd_acc_rows: the vector backward's dK / dV
+  // accumulator rows in a slot, one key tile for one head, every key of a chunk for several.
+  int64_t bwd_task_heads = 1, bwd_acc_rows = 0;
   uint64_t partial_offset = 0;
   int64_t partial_rows = 0;      // rows of the partial buffer (all kv rows of all batches)
   int64_t kv_batch_rows = 0;     // kv rows per batch in the kv tensor (0 for TND)
