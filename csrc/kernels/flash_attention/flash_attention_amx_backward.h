@@ -22,7 +22,7 @@
 // padding are read from the inputs in place).
 // GQA: a task runs its kv head's whole group of query heads unless that leaves fewer than
 // kBwdMinTasks tasks (flash_attention_plan.cpp); a task with part of the group writes a dK | dV
-// partial, summed afterwards as the vector backward's per-head ones (reduce_group). Key-chunk dQ
+// partial, summed afterwards (reduce_group, shared with the vector backward). Key-chunk dQ
 // partials and the swa features work as in the vector backward.
 #pragma once
 #include <cfloat>
