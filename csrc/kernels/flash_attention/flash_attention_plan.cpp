@@ -216,7 +216,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     chunks = std::min(chunks, kMaxPartialElems / dq_elems);
     plan->bwd_chunks = std::max<int64_t>(1, chunks);
     const int64_t C = plan->bwd_chunks;
-    plan->bwd_acc_rows = plan->bwd_task_heads == 1 ? kBlockKV : ceil_div(tiles_max, C) * block_kv;
+    plan->bwd_acc_rows = (plan->bwd_task_heads == 1 ? 1 : ceil_div(tiles_max, C)) * block_kv;
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
       if (sq == 0 && skv == 0) continue;
