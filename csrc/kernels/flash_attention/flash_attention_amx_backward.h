@@ -478,7 +478,7 @@ struct AmxBackward {
           store_row<float, true>(out_kind, dvacc + j * ldV, dv + (j0 + j) * p.dv_row_stride * ob, Dv, 1.0f,
                                  tmp + 16 * ldK, /*stream=*/true);
         } else {
-          float* row = partial + ((prow0 + j0 + j) * (p.heads_q / heads) + n0 / heads) * (Dp + Dvp);
+          float* row = partial + gqa_partial_offset(p, plan, prow0 + j0 + j, n0);
           std::memcpy(row, dkacc + j * ldK, sizeof(float) * static_cast<size_t>(D));
           std::memcpy(row + Dp, dvacc + j * ldV, sizeof(float) * static_cast<size_t>(Dv));
         }

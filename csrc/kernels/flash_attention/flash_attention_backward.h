@@ -25,6 +25,13 @@ namespace op_plugin {
 namespace OP_ISA_NS {
 namespace fa {
 
+// Element offset, in the GQA partial buffer (Plan::partial_offset), of kv row r's dK | dV partial
+// written by the task whose first query head is n (one partial per task, Plan::bwd_task_heads).
+inline int64_t gqa_partial_offset(const FlashAttnBwdParams& p, const Plan& plan, int64_t r, int64_t n) {
+  const int64_t heads = plan.bwd_task_heads;
+  return (r * (p.heads_q / heads) + n / heads) * (pad16(p.head_dim) + pad16(p.head_dim_v));
+}
+
 template <class Ops>
 struct Backward {
   using T = typename Ops::T;
@@ -327,7 +334,7 @@ struct Backward {
         }
       } else {
         for (int64_t j = 0; j < nc; ++j) {
-          S* dst_row = partial + ((prow0 + j0 + j) * (p.heads_q / heads) + t.n / heads) * (Dp + Dvp);
+          S* dst_row = partial + gqa_partial_offset(p, plan, prow0 + j0 + j, t.n);
           std::memcpy(dst_row, dkacc + j * Dp, static_cast<size_t>(D) * sizeof(S));
           std::memcpy(dst_row + Dp, dvacc + j * Dvp, static_cast<size_t>(Dv) * sizeof(S));
         }
@@ -414,7 +421,7 @@ struct Backward {
     const S sc_out = static_cast<S>(p.scale);
     const int64_t items = p.batch * p.heads_kv;
     // a partial per task of a kv head's group
-    const int64_t parts = p.group / plan.bwd_task_heads, parts_per_row = p.heads_q / plan.bwd_task_heads;
+    const int64_t parts = p.group / plan.bwd_task_heads;
     op_plugin::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
       S rowk[512 + 16];
       float tmp[512 + 16];
@@ -430,7 +437,7 @@ struct Backward {
             zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
             continue;
           }
-          const S* base = partial + ((prow0 + j) * parts_per_row + h * parts) * (Dp + Dvp);
+          const S* base = partial + gqa_partial_offset(p, plan, prow0 + j, h * p.group);
           for (int part = 0; part < 2; ++part) {
             const int64_t off = part == 0 ? 0 : Dp;
             const int64_t len = part == 0 ? D : Dv;
