@@ -34,8 +34,10 @@ static double from_bf16(uint16_t h) { return op_plugin::to_float(op_plugin::BFlo
   } while (0)
 
 // C (=|+=) A * B with B packed from a row-major X (K rows of N values, row stride ldx), or from
-// the rows of a transposed Xt (N rows of K values, row stride ldx): both give B(k, n).
-static void check(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumulate, bool transposed, std::mt19937& rng) {
+// the rows of a transposed Xt (N rows of K values, row stride ldx): both give B(k, n). streamed:
+// B's tiles loaded with the non-temporal hint (gemm_parts' kStreamB), which must not change C.
+static void check(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumulate, bool transposed, bool streamed,
+                  std::mt19937& rng) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t lda = K + 32, ldc = N + 16, Np = (N + 15) / 16 * 16;
   std::vector<uint16_t> A(static_cast<size_t>(M * lda));
@@ -60,7 +62,11 @@ static void check(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumula
   const std::vector<float> C0 = C;
   {
     amx::TileScope tiles;
-    if (accumulate)
+    if (streamed && accumulate)
+      amx::gemm_parts<true, 1, false, true>(M, Np, K, A.data(), lda, 0, Bp.data(), ldp, 0, C.data(), ldc, [] {});
+    else if (streamed)
+      amx::gemm_parts<false, 1, false, true>(M, Np, K, A.data(), lda, 0, Bp.data(), ldp, 0, C.data(), ldc, [] {});
+    else if (accumulate)
       amx::gemm<true>(M, Np, K, A.data(), lda, Bp.data(), ldp, C.data(), ldc);
     else
       amx::gemm<false>(M, Np, K, A.data(), lda, Bp.data(), ldp, C.data(), ldc);
@@ -81,8 +87,9 @@ static void check(int64_t M, int64_t N, int64_t K, int64_t kvalid, bool accumula
       const double tol = n >= Np ? 0.0 : 1e-5 * (mag + std::fabs(c0)) + 1e-6;
       if (!(std::fabs(C[m * ldc + n] - ref) <= tol)) ++bad;
     }
-  EXPECT(bad == 0, "M=%lld N=%lld K=%lld valid=%lld %s %s: %d wrong elements", (long long)M, (long long)N,
-         (long long)K, (long long)kvalid, accumulate ? "accumulate" : "overwrite", transposed ? "B^T" : "B", bad);
+  EXPECT(bad == 0, "M=%lld N=%lld K=%lld valid=%lld %s %s%s: %d wrong elements", (long long)M, (long long)N,
+         (long long)K, (long long)kvalid, accumulate ? "accumulate" : "overwrite", transposed ? "B^T" : "B",
+         streamed ? " streamed" : "", bad);
 }
 
 // float operands in three bf16 parts (gemm_parts<.., 3>, the packers' _split variants): the six
@@ -229,7 +236,7 @@ static int run_checks() {
         for (int64_t kvalid : {K, K - 1, K - 17})
           for (bool acc : {false, true})
             for (bool tr : {false, true}) {
-              check(M, N, K, kvalid, acc, tr, rng);
+              for (bool streamed : {false, true}) check(M, N, K, kvalid, acc, tr, streamed, rng);
               check_parts<3>(M, N, K, kvalid, acc, tr, rng);
               check_parts<2>(M, N, K, kvalid, acc, tr, rng);
             }

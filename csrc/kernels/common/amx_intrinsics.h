@@ -80,6 +80,7 @@ inline void dpbf16ps(int c, int a, int b) {
 #define OP_TILE_RELEASE() ::op_plugin::OP_ISA_NS::amx_model::release()
 #define OP_TILE_ZERO(t) ::op_plugin::OP_ISA_NS::amx_model::zero(t)
 #define OP_TILE_LOADD(t, base, stride) ::op_plugin::OP_ISA_NS::amx_model::loadd(t, base, stride)
+#define OP_TILE_STREAM_LOADD(t, base, stride) ::op_plugin::OP_ISA_NS::amx_model::loadd(t, base, stride)
 #define OP_TILE_STORED(t, base, stride) ::op_plugin::OP_ISA_NS::amx_model::stored(t, base, stride)
 #define OP_TILE_DPBF16PS(c, a, b) ::op_plugin::OP_ISA_NS::amx_model::dpbf16ps(c, a, b)
 
@@ -90,6 +91,7 @@ inline void dpbf16ps(int c, int a, int b) {
 #define OP_TILE_RELEASE() _tile_release()
 #define OP_TILE_ZERO(t) _tile_zero(t)
 #define OP_TILE_LOADD(t, base, stride) _tile_loadd(t, base, stride)
+#define OP_TILE_STREAM_LOADD(t, base, stride) _tile_stream_loadd(t, base, stride)  // tileloaddt1
 #define OP_TILE_STORED(t, base, stride) _tile_stored(t, base, stride)
 #define OP_TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 

@@ -98,11 +98,13 @@ constexpr int pair_part(int q, int side) {
 
 // One MT x NT block of 16 x 16 C tiles (MT, NT in {1, 2}) over the whole contraction, of bf16
 // operands (kParts 1), or of float16 (kParts 2) or float (3) ones in parts (the pairs above).
-// Tiles: C 0..3 (index 2 * mt + nt), A 4..5, B 6..7.
-template <int MT, int NT, bool kAccumulate, int kParts, bool kSwapParts>
+// Tiles: C 0..3 (index 2 * mt + nt), A 4..5, B 6..7. kStreamB: B tiles load with the
+// non-temporal hint (tileloaddt1), see gemm_parts.
+template <int MT, int NT, bool kAccumulate, int kParts, bool kSwapParts, bool kStreamB>
 OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int64_t a_part_bytes, const char* b0,
                                 const char* b1, int64_t b_part_bytes, char* c, int64_t ldc_bytes) {
   static_assert(kParts >= 1 && kParts <= 3, "bf16 operands, or float16 / float ones in two / three bf16 parts");
+  static_assert(!kStreamB || kParts == 1, "in parts, each B part is loaded once per pair: keep it cached");
   char* c1 = c + 16 * ldc_bytes;
   if constexpr (kAccumulate) {
     OP_TILE_LOADD(0, c, ldc_bytes);
@@ -124,10 +126,16 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int
     const char* p1 = b1 + bo;
     for (int64_t k = 0; k < K; k += 32) {
       OP_TILE_LOADD(4, a0 + 2 * k, lda_bytes);
-      OP_TILE_LOADD(6, p0 + 32 * k, 64);
+      if constexpr (kStreamB)  // (the tile number must be a literal: it is pasted into the asm)
+        OP_TILE_STREAM_LOADD(6, p0 + 32 * k, 64);
+      else
+        OP_TILE_LOADD(6, p0 + 32 * k, 64);
       OP_TILE_DPBF16PS(0, 4, 6);
       if constexpr (NT > 1) {
-        OP_TILE_LOADD(7, p1 + 32 * k, 64);
+        if constexpr (kStreamB)
+          OP_TILE_STREAM_LOADD(7, p1 + 32 * k, 64);
+        else
+          OP_TILE_LOADD(7, p1 + 32 * k, 64);
         OP_TILE_DPBF16PS(1, 4, 7);
       }
       if constexpr (MT > 1) {
@@ -152,7 +160,12 @@ OP_AMX_TARGET inline void block(int64_t K, const char* a, int64_t lda_bytes, int
 // and vector instructions that are close in the instruction stream (docs/decisions.md).
 // kParts 2 / 3: float16 / float operands in parts (a_part, b_part: elements between parts), see
 // kSplitPairs (and kSwapParts).
-template <bool kAccumulate, int kParts, bool kSwapParts = false, class Between>
+// kStreamB (bf16 operands): B's tiles are loaded with the non-temporal hint, for a B that this
+// call reads once and no later call finds in L1 (the forward's K / V panels: a block of 32 query
+// rows, the panels 40-130 KB); its lines then do not evict the scores, P and O the softmax works
+// on from L1. Not for a B reused across row blocks (M > 32) or across a task's calls, nor in
+// parts (each part is loaded once per pair).
+template <bool kAccumulate, int kParts, bool kSwapParts = false, bool kStreamB = false, class Between>
 OP_AMX_TARGET inline void gemm_parts(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, int64_t a_part,
                                      const uint16_t* B, int64_t ldp, int64_t b_part, float* C, int64_t ldc,
                                      Between&& between) {
@@ -167,13 +180,13 @@ OP_AMX_TARGET inline void gemm_parts(int64_t M, int64_t N, int64_t K, const uint
       const char* a = reinterpret_cast<const char*>(A + m0 * lda);
       char* c = reinterpret_cast<char*>(C + m0 * ldc + n0);
       if (two_m && two_n)
-        block<2, 2, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<2, 2, kAccumulate, kParts, kSwapParts, kStreamB>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else if (two_m)
-        block<2, 1, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<2, 1, kAccumulate, kParts, kSwapParts, kStreamB>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else if (two_n)
-        block<1, 2, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<1, 2, kAccumulate, kParts, kSwapParts, kStreamB>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       else
-        block<1, 1, kAccumulate, kParts, kSwapParts>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
+        block<1, 1, kAccumulate, kParts, kSwapParts, kStreamB>(K, a, lda_b, ap_b, b0, b1, bp_b, c, ldc_b);
       between();
     }
   }

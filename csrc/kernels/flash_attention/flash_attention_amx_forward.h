@@ -195,7 +195,7 @@ struct AmxForward {
       };
     };
     auto scores = [&](const Item& it, auto&& between) {
-      amx::gemm_parts<false, kParts>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, qpart,
+      amx::gemm_parts<false, kParts, false, kParts == 1>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, qpart,
                                      pan.k + (it.j0 / 16) * 16 * Dpad, 16 * Dpad, pan.kpart, it.s, kLdS, between);
     };
     // O is not zeroed first: a strip's first O += P V writes it (O = P V); the softmax's rescale of
@@ -207,7 +207,7 @@ struct AmxForward {
     auto pv = [&](const Item& it) {
       const uint32_t bit = uint32_t{1} << (it.r0 / 32);
       auto run = [&](auto accumulate) {
-        amx::gemm_parts<decltype(accumulate)::value, kParts>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, ppart,
+        amx::gemm_parts<decltype(accumulate)::value, kParts, false, kParts == 1>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, ppart,
                                                              pan.v + 32 * (it.j0 / 2), pan.vld, pan.vpart,
                                                              o + it.r0 * ldO, ldO, [] {});
       };
