@@ -194,9 +194,13 @@ struct AmxForward {
         softmax_rows(it, done, start + (upto - start) * ++issued / blocks);
       };
     };
+    // Both GEMMs read the key block's K / V panels once per strip, from L2: in bf16 their tiles
+    // load with the non-temporal hint (kStreamB), so they leave L1 to the scores, P and O.
+    constexpr bool kStreamPanels = kParts == 1;
     auto scores = [&](const Item& it, auto&& between) {
-      amx::gemm_parts<false, kParts, false, kParts == 1>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, qpart,
-                                     pan.k + (it.j0 / 16) * 16 * Dpad, 16 * Dpad, pan.kpart, it.s, kLdS, between);
+      amx::gemm_parts<false, kParts, false, kStreamPanels>(it.m16, it.nk, Dpad, qa + it.r0 * Dpad, Dpad, qpart,
+                                                           pan.k + (it.j0 / 16) * 16 * Dpad, 16 * Dpad, pan.kpart,
+                                                           it.s, kLdS, between);
     };
     // O is not zeroed first: a strip's first O += P V writes it (O = P V); the softmax's rescale of
     // the strip's O rows just before it scales values that write then replaces. A strip no key
@@ -207,9 +211,9 @@ struct AmxForward {
     auto pv = [&](const Item& it) {
       const uint32_t bit = uint32_t{1} << (it.r0 / 32);
       auto run = [&](auto accumulate) {
-        amx::gemm_parts<decltype(accumulate)::value, kParts, false, kParts == 1>(it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, ppart,
-                                                             pan.v + 32 * (it.j0 / 2), pan.vld, pan.vpart,
-                                                             o + it.r0 * ldO, ldO, [] {});
+        amx::gemm_parts<decltype(accumulate)::value, kParts, false, kStreamPanels>(
+            it.m16, Dvp, it.nk, pa + it.r0 * kLdP, kLdP, ppart, pan.v + 32 * (it.j0 / 2), pan.vld, pan.vpart,
+            o + it.r0 * ldO, ldO, [] {});
       };
       if (strips_written & bit)
         run(std::true_type{});
