@@ -134,9 +134,8 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
                Plan* plan) {
   if (p.max_seqlen_q <= kSmallRowsQ) return make_small_plan(p, bwd, threads, storage, plan);
   plan->small = false;
-  // bf16 on a CPU with AMX: the tile dataflow, unless the query side is too short to fill a
-  // tile (decode), where the vector kernels (keys read in place) cost less.
-  if (plan->compute == Compute::kBf16Pairs && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQ)
+  // bf16 on a CPU with AMX: the tile dataflow for every call the row kernels above do not take.
+  if (plan->compute == Compute::kBf16Pairs && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQBf16)
     plan->compute = Compute::kBf16Amx;
   // float32 inputs likewise, every operand in three bf16 parts: six tile GEMMs per GEMM, float32's
   // accuracy, and still faster than float FMAs (docs/decisions.md).

@@ -46,7 +46,9 @@ constexpr int64_t kAmxBwdBlockKV = 128;
 // of 512 (more of each block falls outside the band: S=8192 D=64 48 -> 53-58 ms) and for the
 // float32 parts (220-232 -> 230-249 ms), float16 parts within noise.
 constexpr int64_t kAmxBwdBlockKVBf16 = 256;
-// Below this many query rows (decode) the tiles would idle: the vector path runs instead.
+// Below this many query rows float32 / float16 inputs (in bf16 parts) run on the vector path: on
+// 5-12 rows their tile dataflow measured 15-25% slower than float FMAs (fwd+bwd, B1 N8 Skv=1024
+// D128, 2 threads). bf16 takes the tiles from kAmxMinRowsQBf16 rows (below).
 constexpr int64_t kAmxMinRowsQ = 16;
 // Rows of a sequence in the backward's packed operands: a multiple of 32 for the tiles, and one
 // tile more, so that the d-major K^T has no power-of-two row stride (16 rows in a few L1 sets).
@@ -69,6 +71,10 @@ struct Task {
 // by row, without tiles; below kSmallSerialWork multiply-adds the call stays on one thread.
 constexpr int64_t kSmallRowsQ = 4;
 constexpr int64_t kSmallSerialWork = int64_t(1) << 18;
+// bf16 takes the AMX dataflow for every call past the row kernels: 5-12 query rows padded to a
+// 16-row tile ran fwd+bwd in 1.45-1.51 ms against 4.0-4.5 on the vector kernels (vdpbf16ps; B1 N8
+// Skv=1024 D128, 2 threads).
+constexpr int64_t kAmxMinRowsQBf16 = kSmallRowsQ + 1;
 
 // Bytes of the small path's per-task row scratch (Small<Ops>::carve): six rows of
 // pad16(max(D, Dv)) accumulation scalars, the logits of max_skv keys, a conversion row.
