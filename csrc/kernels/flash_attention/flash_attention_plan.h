@@ -72,8 +72,8 @@ struct Task {
 constexpr int64_t kSmallRowsQ = 4;
 constexpr int64_t kSmallSerialWork = int64_t(1) << 18;
 // bf16 takes the AMX dataflow for every call past the row kernels: 5-12 query rows padded to a
-// 16-row tile ran fwd+bwd in 1.45-1.51 ms against 4.0-4.5 on the vector kernels (vdpbf16ps; B1 N8
-// Skv=1024 D128, 2 threads).
+// 16-row tile ran fwd+bwd in 1.50-1.57 ms against 4.16-5.12 on the vector kernels (vdpbf16ps; B1
+// N8 Skv=1024 D128, 2 threads, medians; docs/decisions.md, the AMX dataflow's tenth round).
 constexpr int64_t kAmxMinRowsQBf16 = kSmallRowsQ + 1;
 
 // Bytes of the small path's per-task row scratch (Small<Ops>::carve): six rows of
