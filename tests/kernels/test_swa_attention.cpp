@@ -614,6 +614,10 @@ static std::vector<Case> cases() {
   { Case c; c.B = 2; c.N1 = 4; c.N2 = 2; c.S1 = 1; c.S2 = 60; c.mask = kBNSS; c.pse = true; add(c); }
   { Case c; c.S1 = 3; c.S2 = 90; c.mode = 4; c.mask = kTemplate; c.pre = 20; c.next = 0; c.sink = true; c.keep_prob = 0.8; c.seed = 3; add(c); }
   { Case c; c.layout = "TND"; c.lq = {1, 4, 0}; c.lkv = {40, 30, 9}; c.mask = kSS; c.pre = 6; c.next = 1; c.pse = true; c.pse_b1 = true; add(c); }
+  // 5 rows of 6 query heads on 2 (15 pairs a kv head) with every per-row feature, and 8 heads on
+  // one (40 pairs: the backward's passes of 16) with disjoint one-key windows
+  { Case c; c.layout = "BNSD"; c.N1 = 6; c.N2 = 2; c.S1 = 5; c.S2 = 77; c.mask = kBNSS; c.pse = true; c.sink = true; c.keep_prob = 0.75; c.seed = 9; add(c); }
+  { Case c; c.N1 = 8; c.N2 = 1; c.S1 = 5; c.S2 = 40; c.mode = 4; c.mask = kTemplate; c.pre = 0; c.next = 0; c.pse = true; add(c); }
   // dropout (forward and backward against the reference fed the regenerated mask)
   { Case c; c.layout = "BNSD"; c.B = 2; c.S1 = 70; c.S2 = 100; c.keep_prob = 0.7; c.seed = 11; c.offset = 3; add(c); }
   { Case c; c.S1 = 97; c.S2 = 97; c.mode = 4; c.mask = kTemplate; c.pre = 30; c.next = 0; c.keep_prob = 0.9; c.seed = 5; c.sink = true; add(c); }

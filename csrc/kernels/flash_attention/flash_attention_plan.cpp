@@ -83,8 +83,9 @@ int64_t amx_item_bytes(const FlashAttnFwdParams& p, bool bwd, int64_t parts) {
 
 }  // namespace
 
-// Few query rows: tasks (b, n, row) forward and (b, kv head) backward, nothing staged, no
-// partials; the row scratch (and the backward's dK | dV accumulators) per slot.
+// Few query rows: tasks (b, kv head, run of its group's (head, row) pairs) forward and (b, kv
+// head) backward, nothing staged, no partials; the row scratch (and the backward's dK | dV
+// accumulators) per slot.
 bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, PlanStorage* storage, Plan* plan) {
   plan->small = true;
   plan->convert_in_tasks = false;
@@ -100,22 +101,42 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
     int64_t pairs = 0;
     for (int64_t i = 0; i < sq; ++i) pairs += std::max<int64_t>(0, w.hi(i) - w.lo(i) + 1);
     work += pairs * p.heads_q * (p.head_dim + p.head_dim_v) * (bwd ? 3 : 1);
+  }
+  const int64_t share = work < kSmallSerialWork ? 1 : threads;
+  const int64_t group = std::max<int64_t>(1, p.group);
+  // Forward: runs of a kv head's pairs short enough for two tasks per thread. A row's result does
+  // not depend on the run it is in, so this may follow the thread count. The backward takes a kv
+  // head per task (its dK / dV sum over the group's rows in a fixed order) and its pairs
+  // kSmallMaxPairs at a time.
+  int64_t per = kSmallMaxPairs;
+  if (!bwd) {
+    const int64_t items = std::max<int64_t>(1, p.batch * p.heads_kv);
+    per = std::max<int64_t>(1, std::min(kSmallMaxPairs, ceil_div(items * group * p.max_seqlen_q, 2 * share)));
+  }
+  plan->small_pairs = per;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const RowWindow w = row_window(p, sq, skv);
     if (!bwd) {
-      for (int64_t n = 0; n < p.heads_q; ++n)
-        for (int64_t i = 0; i < sq; ++i)
-          tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(n), i, 1 + w.hi(i) - w.lo(i)});
-    } else if (p.rows_q[b] > 0 || p.rows_kv[b] > 0) {
       for (int64_t h = 0; h < p.heads_kv; ++h)
-        tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), 0, 1 + pairs * p.group + p.rows_kv[b]});
+        for (int64_t k0 = 0; k0 < group * sq; k0 += per) {
+          int64_t cost = 1;
+          for (int64_t k = k0; k < std::min(k0 + per, group * sq); ++k) cost += 1 + w.hi(k % sq) - w.lo(k % sq);
+          tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), k0, cost});
+        }
+    } else if (p.rows_q[b] > 0 || p.rows_kv[b] > 0) {
+      int64_t pairs = 0;
+      for (int64_t i = 0; i < sq; ++i) pairs += std::max<int64_t>(0, w.hi(i) - w.lo(i) + 1);
+      for (int64_t h = 0; h < p.heads_kv; ++h)
+        tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), 0, 1 + pairs * group + p.rows_kv[b]});
     }
   }
   std::stable_sort(tasks->begin(), tasks->end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
   plan->tasks = tasks->data();
   plan->num_tasks = static_cast<int64_t>(tasks->size());
-  const int64_t share = work < kSmallSerialWork ? 1 : threads;
   plan->slots = std::max<int64_t>(1, std::min<int64_t>(share, plan->num_tasks));
   const int64_t ss = plan->compute == Compute::kF64 ? 8 : 4;
-  int64_t slot = small_rows_bytes(p.head_dim, p.head_dim_v, p.max_seqlen_kv, ss);
+  int64_t slot = small_rows_bytes(p.head_dim, p.head_dim_v, p.max_seqlen_kv, ss, per);
   if (bwd) slot += (p.max_seqlen_kv * (pad16(p.head_dim) + pad16(p.head_dim_v)) * ss + 63) / 64 * 64;
   WorkspaceLayout layout;
   plan->slot_bytes = static_cast<uint64_t>(slot);
@@ -132,7 +153,9 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
 
 bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads, PlanStorage* storage,
                Plan* plan) {
-  if (p.max_seqlen_q <= kSmallRowsQ) return make_small_plan(p, bwd, threads, storage, plan);
+  const bool bf16_tiles = plan->compute == Compute::kBf16Pairs && kernels().amx;
+  if (p.max_seqlen_q <= (bf16_tiles ? kSmallRowsQBf16Amx : kSmallRowsQ))
+    return make_small_plan(p, bwd, threads, storage, plan);
   plan->small = false;
   // bf16 on a CPU with AMX: the tile dataflow for every call the row kernels above do not take.
   if (plan->compute == Compute::kBf16Pairs && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQBf16)

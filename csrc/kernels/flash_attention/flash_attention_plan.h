@@ -69,24 +69,42 @@ struct Task {
 
 // Few query rows (flash_attention_small.h): at most kSmallRowsQ rows in every sequence run row
 // by row, without tiles; below kSmallSerialWork multiply-adds the call stays on one thread.
-constexpr int64_t kSmallRowsQ = 4;
+// 5, not 4 (2026-12-06): at 5 rows the row kernels beat the vector tiles (64 rows of padding)
+// 1.1-2.5x forward and backward (float32, float16; 16-1024 keys, GQA or not), and their 32-way
+// split dot products keep float32 within the error budget, where the vector score GEMM's one
+// chain per logit was up to 2.4x over it (PyTorch's own GEMM is more accurate below 6 rows).
+// At 8 rows and more the two trade places with the keys and the heads.
+constexpr int64_t kSmallRowsQ = 5;
+// bf16 on AMX: the row kernels up to 4 rows only; at 5 rows one 16-row tile beat them 1.3-1.5x
+// forward (128-1024 keys) and 1.1-1.35x backward (docs/decisions.md, "Few query rows, second
+// round").
+constexpr int64_t kSmallRowsQBf16Amx = 4;
 constexpr int64_t kSmallSerialWork = int64_t(1) << 18;
 // bf16 takes the AMX dataflow for every call past the row kernels: 5-12 query rows padded to a
 // 16-row tile ran fwd+bwd in 1.50-1.57 ms against 4.16-5.12 on the vector kernels (vdpbf16ps; B1
 // N8 Skv=1024 D128, 2 threads, medians; docs/decisions.md, the AMX dataflow's tenth round).
-constexpr int64_t kAmxMinRowsQBf16 = kSmallRowsQ + 1;
+constexpr int64_t kAmxMinRowsQBf16 = kSmallRowsQBf16Amx + 1;
 
-// Bytes of the small path's per-task row scratch (Small<Ops>::carve): six rows of
-// pad16(max(D, Dv)) accumulation scalars, the logits of max_skv keys, a conversion row.
-inline int64_t small_rows_bytes(int64_t D, int64_t Dv, int64_t max_skv, int64_t scalar_bytes) {
+// The row kernels take a kv head's query rows (of all the heads of its group) together, up to
+// kSmallMaxPairs (head, row) pairs at a time, so that each K / V row is read and converted once
+// for all of them, not once per row.
+constexpr int64_t kSmallMaxPairs = 16;
+
+// Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: their
+// q, dO and accumulator rows and the logits of max_skv keys, then a K, a V and an O row of
+// pad16(max(D, Dv)) accumulation scalars and a conversion row.
+inline int64_t small_rows_bytes(int64_t D, int64_t Dv, int64_t max_skv, int64_t scalar_bytes, int64_t pairs) {
   auto up = [](int64_t x) { return (x + 63) / 64 * 64; };
   const int64_t Dm = pad16(D > Dv ? D : Dv);
-  return 6 * up(Dm * scalar_bytes) + up(pad16(max_skv) * scalar_bytes) + up(Dm * 4);
+  return 3 * up(pairs * Dm * scalar_bytes) + up(pairs * pad16(max_skv) * scalar_bytes) + 3 * up(Dm * scalar_bytes) +
+         up(Dm * 4);
 }
 
 struct Plan {
   Compute compute = Compute::kF32;
   bool small = false;  // the row kernels of flash_attention_small.h (kSmallRowsQ)
+  // Row kernels: (head, row) pairs of a kv head per forward task and per backward pass over the keys
+  int64_t small_pairs = 1;
   // `convert_in_tasks`: 16-bit inputs computed in float (fp16, or bf16 without AMX); each task
   // converts the rows it reads into its slot and nothing is staged (flash_attention_staging.h).
   // Staging: some inputs are first copied into head-major [B][N][rows][dim] ([N][T][dim] for

@@ -4,13 +4,18 @@
 // The tile loops pad the query side to whole tiles (64 rows for the vector dataflow, 16 for AMX)
 // and pack per-task panels sized for them: for one query row and a few keys that fixed cost is
 // all there is (measured: about 8 us per head forward and 35 us backward at one row and 16 keys).
-// Here each query row is handled on its own, vectors running along the head dimension:
-//   forward:  one task per (b, n, row): s_j = c2 q.k_j (+ bias) over the row's window, then
-//             m, l and out = sum_j 2^(s_j - m) v_j / l
+// Here each query row is computed on its own, vectors running along the head dimension, and the
+// rows of a kv head's group, up to kSmallMaxPairs (head, row) pairs, go over the keys together,
+// so that each K / V row is read (and converted) once for all of them:
+//   forward:  one task per (b, kv head, run of pairs): s_j = c2 q.k_j (+ bias) over each row's
+//             window, then m, l and out = sum_j 2^(s_j - m) v_j / l
 //   backward: one task per (b, kv head), over the query heads of its group and their rows, so that
 //             dK and dV accumulate in a fixed order with no partials: P_j = 2^(s_j - lse2),
 //             dP_j = dO.v_j, dS_j = P_j (dP_j - Delta); dQ = scale sum_j dS_j k_j,
 //             dK_j += scale dS_j q, dV_j += P_j dO
+// Every sum runs in the same order whichever rows share a pass (a row's logits, its exp sum and
+// its O over ascending keys; dK_j and dV_j over the pairs in head-major order), so a row's result
+// does not depend on the run it is in.
 // with every feature of the tile loops (windows, seqused, TND, GQA, sinks, swa's pse, full mask,
 // dropout and statistics) and their conventions for empty rows. Rows are converted to the
 // accumulation type S (float; double for double inputs) as they are read.
@@ -37,22 +42,26 @@ struct Small {
   using V = typename Ops::V;
   static constexpr int W = Ops::W;
 
-  // Scratch of one task (flash_attention_plan.cpp sizes the slot with small_slot_elems).
+  // Scratch of one task for `pairs` query rows (flash_attention_plan.cpp sizes the slot with
+  // small_rows_bytes): row k's q, dO and accumulator at k * ld, its logits at k * ls.
   struct Rows {
-    S *q, *krow, *vrow, *o, *dout, *acc, *s;
+    S *q, *dout, *acc, *s, *krow, *vrow, *o;
     float* tmp;
+    int64_t ld, ls;
   };
-  static Rows carve(char* slot, const FlashAttnFwdParams& p) {
+  static Rows carve(char* slot, const FlashAttnFwdParams& p, int64_t pairs) {
     const int64_t Dm = pad16(imax(p.head_dim, p.head_dim_v));
     Carve c{slot};
     Rows r;
-    r.q = c.take<S>(Dm);
+    r.ld = Dm;
+    r.ls = pad16(p.max_seqlen_kv);
+    r.q = c.take<S>(pairs * Dm);
+    r.dout = c.take<S>(pairs * Dm);
+    r.acc = c.take<S>(pairs * Dm);
+    r.s = c.take<S>(pairs * r.ls);
     r.krow = c.take<S>(Dm);
     r.vrow = c.take<S>(Dm);
     r.o = c.take<S>(Dm);
-    r.dout = c.take<S>(Dm);
-    r.acc = c.take<S>(Dm);
-    r.s = c.take<S>(pad16(p.max_seqlen_kv));
     r.tmp = c.take<float>(Dm);
     return r;
   }
@@ -114,67 +123,105 @@ struct Small {
     return buf;
   }
 
-  // ---- forward: query row i of head n, batch b ------------------------------------------------
-  static void forward_row(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t n, int64_t i, char* slot) {
-    const int64_t D = p.head_dim, Dv = p.head_dim_v, h = n / p.group, es = dtype_size(p.dtype);
+  // ---- forward: pairs k0 .. k0 + npairs - 1 of kv head h, batch b ---------------------------
+  // Pair k is row k % sq of query head h * group + k / sq.
+  static void forward_pairs(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t h, int64_t k0,
+                            int64_t npairs, char* slot) {
+    // One row (decode without GQA) compiled on its own: its loops over the pairs vanish, and
+    // with them 10-15% of a one-row call (bf16, 128-1024 keys, one thread).
+    if (imin(npairs, p.group * p.seqlen_q[b] - k0) == 1)
+      forward_pairs_n<true>(p, out_kind, b, h, k0, npairs, slot);
+    else
+      forward_pairs_n<false>(p, out_kind, b, h, k0, npairs, slot);
+  }
+  template <bool kOneRow>
+  static void forward_pairs_n(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t h, int64_t k0,
+                              int64_t npairs, char* slot) {
+    const int64_t D = p.head_dim, Dv = p.head_dim_v, es = dtype_size(p.dtype);
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
     const RowWindow w = flash::row_window(p, sq, skv);
-    const Rows r = carve(slot, p);
-    load_row<S>(row_ptr(p.q, es, b, p.q_batch_stride, p.q_start[b] + i, p.q_row_stride, n, p.q_head_stride), p.dtype,
-                D, r.q);
+    const Rows r = carve(slot, p, npairs);
+    const int64_t np = kOneRow ? 1 : imin(npairs, p.group * sq - k0);
     const S c2 = static_cast<S>(p.scale * kLog2e);
     const bool sink = p.sinks != nullptr;
-    const S m0 = sink ? static_cast<S>(p.sinks[n] * kLog2e) : S(-INFINITY);
-    const int64_t lo = w.lo(i), hi = w.hi(i);
-    S m = m0;
+    int64_t n[flash::kSmallMaxPairs], i[flash::kSmallMaxPairs], lok[flash::kSmallMaxPairs], hik[flash::kSmallMaxPairs];
+    S m0[flash::kSmallMaxPairs], muse[flash::kSmallMaxPairs], l[flash::kSmallMaxPairs];
+    int64_t lo = INT64_MAX, hi = -1;  // the union of the rows' windows
+    for (int64_t k = 0; k < np; ++k) {
+      n[k] = h * p.group + (k0 + k) / sq;
+      i[k] = (k0 + k) % sq;
+      lok[k] = w.lo(i[k]);
+      hik[k] = w.hi(i[k]);
+      load_row<S>(row_ptr(p.q, es, b, p.q_batch_stride, p.q_start[b] + i[k], p.q_row_stride, n[k], p.q_head_stride),
+                  p.dtype, D, r.q + k * r.ld);
+      m0[k] = sink ? static_cast<S>(p.sinks[n[k]] * kLog2e) : S(-INFINITY);
+      if (lok[k] <= hik[k]) {
+        lo = imin(lo, lok[k]);
+        hi = imax(hi, hik[k]);
+      }
+    }
     for (int64_t j = lo; j <= hi; ++j) {
       const S* krow = row_as_s(
           row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype, D,
           r.krow);
-      const S x = logit(p, b, n, i, j, c2, r.q, krow);
-      r.s[j - lo] = x;
-      if (x > m || x != x) m = m != m ? m : x;  // NaN propagates
+      for (int64_t k = 0; k < np; ++k)
+        if (j >= lok[k] && j <= hik[k]) r.s[k * r.ls + j - lok[k]] = logit(p, b, n[k], i[k], j, c2, r.q + k * r.ld, krow);
     }
-    S muse = m == S(-INFINITY) ? S(0) : m;  // nothing visible: keep the exponents finite
-    S l = sink ? exp2s(m0 - muse) : S(0);
-    // the weights, W at a time (the sum keeps every term, P V only the kept ones)
-    const int64_t nvis = imax(0, hi - lo + 1);
-    V sum = Ops::zero();
-    const V vm = Ops::set1(muse);
-    int64_t t = 0;
-    for (; t + W <= nvis; t += W) {
-      const V e = Ops::exp2(Ops::sub(Ops::loadc(r.s + t), vm));
-      Ops::storec(r.s + t, e);
-      sum = Ops::add(sum, e);
+    for (int64_t k = 0; k < np; ++k) {
+      S* sk = r.s + k * r.ls;
+      const int64_t nvis = imax(0, hik[k] - lok[k] + 1);
+      S m = m0[k];
+      for (int64_t t = 0; t < nvis; ++t)
+        if (sk[t] > m || sk[t] != sk[t]) m = m != m ? m : sk[t];  // NaN propagates
+      muse[k] = m == S(-INFINITY) ? S(0) : m;  // nothing visible: keep the exponents finite
+      l[k] = sink ? exp2s(m0[k] - muse[k]) : S(0);
+      // the weights, W at a time (the sum keeps every term, P V only the kept ones)
+      V sum = Ops::zero();
+      const V vm = Ops::set1(muse[k]);
+      int64_t t = 0;
+      for (; t + W <= nvis; t += W) {
+        const V e = Ops::exp2(Ops::sub(Ops::loadc(sk + t), vm));
+        Ops::storec(sk + t, e);
+        sum = Ops::add(sum, e);
+      }
+      l[k] += Ops::hsum(sum);
+      for (; t < nvis; ++t) {
+        sk[t] = exp2s(sk[t] - muse[k]);
+        l[k] += sk[t];
+      }
+      for (int64_t c = 0; c < Dv; ++c) r.acc[k * r.ld + c] = S(0);
     }
-    l += Ops::hsum(sum);
-    for (; t < nvis; ++t) {
-      r.s[t] = exp2s(r.s[t] - muse);
-      l += r.s[t];
-    }
-    for (int64_t c = 0; c < Dv; ++c) r.acc[c] = S(0);
     DropoutKey dkey;
     if (p.keep_prob < 1.0) dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
     for (int64_t j = lo; j <= hi; ++j) {
-      const S pe = r.s[j - lo] * keep(p, dkey, b, n, i, j);
-      if (pe == S(0)) continue;
-      axpy(pe,
-           row_as_s(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
-                    p.dtype, Dv, r.vrow),
-           r.acc, Dv);
+      const S* vrow = nullptr;  // read once the first row needs it
+      for (int64_t k = 0; k < np; ++k) {
+        if (j < lok[k] || j > hik[k]) continue;
+        const S pe = r.s[k * r.ls + j - lok[k]] * keep(p, dkey, b, n[k], i[k], j);
+        if (pe == S(0)) continue;
+        if (vrow == nullptr)
+          vrow = row_as_s(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
+                          p.dtype, Dv, r.vrow);
+        axpy(pe, vrow, r.acc + k * r.ld, Dv);
+      }
     }
-    finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i, 1, w, sink, m0, &muse, &l, r.acc, 0, r.tmp);
+    for (int64_t k = 0; k < np; ++k)
+      finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n[k], i[k], 1, w, sink, m0[k], &muse[k], &l[k],
+                                         r.acc + k * r.ld, 0, r.tmp);
   }
 
   // ---- backward: every query head of kv head h's group, batch b -----------------------------
+  // The group's (head, row) pairs, head-major, kSmallMaxPairs at a time, each run over the union
+  // of its rows' windows.
   static void backward_kv_head(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, int64_t b, int64_t h,
                                char* slot, void* ws) {
     const int64_t D = p.head_dim, Dv = p.head_dim_v, es = dtype_size(p.dtype), ob = out_elem_bytes(out_kind);
-    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
+    const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b], rows = p.rows_q[b];
     const RowWindow w = flash::row_window(p, sq, skv);
-    const Rows r = carve(slot, p);
+    const int64_t P = plan.small_pairs;
+    const Rows r = carve(slot, p, P);
     // dK | dV accumulators of the kv head's keys, after the row scratch
-    S* dkv = reinterpret_cast<S*>(slot + small_rows_bytes(p));
+    S* dkv = reinterpret_cast<S*>(slot + small_rows_bytes(p, P));
     const int64_t Dp = pad16(D), ld = Dp + pad16(Dv);
     std::memset(dkv, 0, sizeof(S) * static_cast<size_t>(skv * ld));
     const S c2 = static_cast<S>(p.scale * kLog2e), sc = static_cast<S>(p.scale);
@@ -183,42 +230,65 @@ struct Small {
     DropoutKey dkey;
     if (p.keep_prob < 1.0) dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
     S* dpse_all = p.want_dpse ? reinterpret_cast<S*>(static_cast<char*>(ws) + plan.dpse_offset) : nullptr;
-    for (int64_t n = h * p.group; n < (h + 1) * p.group; ++n) {
-      char* dq = static_cast<char*>(p.dq) + (b * p.dq_batch_stride + p.q_start[b] * p.dq_row_stride + n * p.dq_head_stride) * ob;
-      for (int64_t i = 0; i < p.rows_q[b]; ++i) {
-        if (i >= sq || skv == 0) {
-          zero_row(out_kind, dq + i * p.dq_row_stride * ob, D);
+    int64_t n[flash::kSmallMaxPairs], i[flash::kSmallMaxPairs], lok[flash::kSmallMaxPairs], hik[flash::kSmallMaxPairs];
+    S lse2[flash::kSmallMaxPairs], delta[flash::kSmallMaxPairs];
+    char* dq[flash::kSmallMaxPairs];
+    for (int64_t k0 = 0; k0 < p.group * rows; k0 += P) {
+      int64_t np = 0;  // the run's pairs with keys; the others' dQ rows are zero
+      int64_t lo = INT64_MAX, hi = -1;
+      for (int64_t k = k0; k < imin(k0 + P, p.group * rows); ++k) {
+        const int64_t nk = h * p.group + k / rows, ik = k % rows;
+        char* dqk = static_cast<char*>(p.dq) +
+                    (b * p.dq_batch_stride + (p.q_start[b] + ik) * p.dq_row_stride + nk * p.dq_head_stride) * ob;
+        if (ik >= sq || skv == 0) {
+          zero_row(out_kind, dqk, D);
           continue;
         }
-        load_row<S>(row_ptr(p.q, es, b, p.q_batch_stride, p.q_start[b] + i, p.q_row_stride, n, p.q_head_stride),
-                    p.dtype, D, r.q);
-        load_row<S>(row_ptr(p.out, es, b, p.o_batch_stride, p.q_start[b] + i, p.o_row_stride, n, p.o_head_stride),
+        n[np] = nk;
+        i[np] = ik;
+        dq[np] = dqk;
+        S* q = r.q + np * r.ld;
+        S* dout = r.dout + np * r.ld;
+        load_row<S>(row_ptr(p.q, es, b, p.q_batch_stride, p.q_start[b] + ik, p.q_row_stride, nk, p.q_head_stride),
+                    p.dtype, D, q);
+        load_row<S>(row_ptr(p.out, es, b, p.o_batch_stride, p.q_start[b] + ik, p.o_row_stride, nk, p.o_head_stride),
                     p.dtype, Dv, r.o);
-        load_row<S>(row_ptr(p.dout, es, b, p.o_batch_stride, p.q_start[b] + i, p.o_row_stride, n, p.o_head_stride),
-                    p.dtype, Dv, r.dout);
-        const int64_t li = b * p.lse_batch_stride + n * p.lse_head_stride + (p.q_start[b] + i) * p.lse_row_stride;
-        const S lse2 = static_cast<S>(
+        load_row<S>(row_ptr(p.dout, es, b, p.o_batch_stride, p.q_start[b] + ik, p.o_row_stride, nk, p.o_head_stride),
+                    p.dtype, Dv, dout);
+        const int64_t li = b * p.lse_batch_stride + nk * p.lse_head_stride + (p.q_start[b] + ik) * p.lse_row_stride;
+        lse2[np] = static_cast<S>(
             (p.softmax_sum ? Backward<Ops>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li)) * kLog2e);
-        const S delta = dot(r.dout, r.o, Dv);
-        for (int64_t c = 0; c < D; ++c) r.acc[c] = S(0);
-        S* dpse = dpse_all ? dpse_all + ((b * p.heads_q + n) * plan.dpse_rows + i) * plan.dpse_cols : nullptr;
-        for (int64_t j = w.lo(i); j <= w.hi(i); ++j) {
-          const S* krow = row_as_s(
-              row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype,
-              D, r.krow);
-          const S* vrow = row_as_s(
-              row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride), p.dtype,
-              Dv, r.vrow);
-          const S pr = exp2s(logit(p, b, n, i, j, c2, r.q, krow) - lse2);
-          const S z = keep(p, dkey, b, n, i, j);
-          const S ds = pr * (dot(r.dout, vrow, Dv) * z - delta);
-          axpy(ds, krow, r.acc, D);             // dQ
-          axpy(ds, r.q, dkv + j * ld, D);       // dK (scaled when written)
-          axpy(pr * z, r.dout, dkv + j * ld + Dp, Dv);  // dV
-          if (dpse) dpse[j] = ds * sc;
+        delta[np] = dot(dout, r.o, Dv);
+        for (int64_t c = 0; c < D; ++c) r.acc[np * r.ld + c] = S(0);
+        lok[np] = w.lo(ik);
+        hik[np] = w.hi(ik);
+        if (lok[np] <= hik[np]) {
+          lo = imin(lo, lok[np]);
+          hi = imax(hi, hik[np]);
         }
-        store_row<S, Ops::kNativeBf16>(out_kind, r.acc, dq + i * p.dq_row_stride * ob, D, sc, r.tmp);
+        ++np;
       }
+      for (int64_t j = lo; j <= hi; ++j) {
+        const S* krow = row_as_s(
+            row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype, D,
+            r.krow);
+        const S* vrow = row_as_s(
+            row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride), p.dtype, Dv,
+            r.vrow);
+        for (int64_t k = 0; k < np; ++k) {
+          if (j < lok[k] || j > hik[k]) continue;
+          const S* q = r.q + k * r.ld;
+          const S* dout = r.dout + k * r.ld;
+          const S pr = exp2s(logit(p, b, n[k], i[k], j, c2, q, krow) - lse2[k]);
+          const S z = keep(p, dkey, b, n[k], i[k], j);
+          const S ds = pr * (dot(dout, vrow, Dv) * z - delta[k]);
+          axpy(ds, krow, r.acc + k * r.ld, D);  // dQ
+          axpy(ds, q, dkv + j * ld, D);          // dK (scaled when written)
+          axpy(pr * z, dout, dkv + j * ld + Dp, Dv);  // dV
+          if (dpse_all) dpse_all[((b * p.heads_q + n[k]) * plan.dpse_rows + i[k]) * plan.dpse_cols + j] = ds * sc;
+        }
+      }
+      for (int64_t k = 0; k < np; ++k) store_row<S, Ops::kNativeBf16>(out_kind, r.acc + k * r.ld, dq[k], D, sc, r.tmp);
     }
     char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
     char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
@@ -234,16 +304,19 @@ struct Small {
   }
 
   // Bytes of the row scratch (carve); the backward's dK | dV accumulators follow it.
-  static int64_t small_rows_bytes(const FlashAttnFwdParams& p) {
-    return flash::small_rows_bytes(p.head_dim, p.head_dim_v, p.max_seqlen_kv, sizeof(S));
+  static int64_t small_rows_bytes(const FlashAttnFwdParams& p, int64_t pairs) {
+    return flash::small_rows_bytes(p.head_dim, p.head_dim_v, p.max_seqlen_kv, sizeof(S), pairs);
   }
 };
 
-// Runs the small-query path of the plan (Plan::small): forward tasks (b, n, row), backward tasks
-// (b, kv head); on the calling thread when the plan says the work is too small to share.
+// Runs the small-query path of the plan (Plan::small): forward tasks (b, kv head, first pair),
+// backward tasks (b, kv head); on the calling thread when the plan says the work is too small to
+// share.
 template <class Ops>
 void run_small_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
-  run_tasks(plan, ws, [&](const Task& t, char* slot) { Small<Ops>::forward_row(p, out_kind, t.b, t.n, t.i0, slot); });
+  run_tasks(plan, ws, [&](const Task& t, char* slot) {
+    Small<Ops>::forward_pairs(p, out_kind, t.b, t.n, t.i0, plan.small_pairs, slot);
+  });
 }
 template <class Ops>
 void run_small_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws) {
