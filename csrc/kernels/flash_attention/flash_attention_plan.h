@@ -90,9 +90,9 @@ constexpr int64_t kAmxMinRowsQBf16 = kSmallRowsQBf16Amx + 1;
 // for all of them, not once per row.
 constexpr int64_t kSmallMaxPairs = 16;
 
-// Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: their
-// q, dO and accumulator rows and the logits of max_skv keys, then a K, a V and an O row of
-// pad16(max(D, Dv)) accumulation scalars and a conversion row.
+// Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: a K,
+// a V and an O row of pad16(max(D, Dv)) accumulation scalars and a conversion row, then the rows'
+// q, accumulator and dO rows and the logits of max_skv keys.
 inline int64_t small_rows_bytes(int64_t D, int64_t Dv, int64_t max_skv, int64_t scalar_bytes, int64_t pairs) {
   auto up = [](int64_t x) { return (x + 63) / 64 * 64; };
   const int64_t Dm = pad16(D > Dv ? D : Dv);

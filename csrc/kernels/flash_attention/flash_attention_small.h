@@ -43,7 +43,9 @@ struct Small {
   static constexpr int W = Ops::W;
 
   // Scratch of one task for `pairs` query rows (flash_attention_plan.cpp sizes the slot with
-  // small_rows_bytes): row k's q, dO and accumulator at k * ld, its logits at k * ls.
+  // small_rows_bytes): the K / V conversion rows first, then row k's q, accumulator, logits and
+  // dO at k * ld (k * ls for the logits). With the conversion rows after the logits, a one-row
+  // bf16 forward ran 10% slower (the logits' stores 4 KiB from the K row's loads, it seems).
   struct Rows {
     S *q, *dout, *acc, *s, *krow, *vrow, *o;
     float* tmp;
@@ -55,14 +57,14 @@ struct Small {
     Rows r;
     r.ld = Dm;
     r.ls = pad16(p.max_seqlen_kv);
-    r.q = c.take<S>(pairs * Dm);
-    r.dout = c.take<S>(pairs * Dm);
-    r.acc = c.take<S>(pairs * Dm);
-    r.s = c.take<S>(pairs * r.ls);
     r.krow = c.take<S>(Dm);
     r.vrow = c.take<S>(Dm);
     r.o = c.take<S>(Dm);
     r.tmp = c.take<float>(Dm);
+    r.q = c.take<S>(pairs * Dm);
+    r.acc = c.take<S>(pairs * Dm);
+    r.s = c.take<S>(pairs * r.ls);
+    r.dout = c.take<S>(pairs * Dm);
     return r;
   }
 
