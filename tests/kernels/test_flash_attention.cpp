@@ -513,6 +513,9 @@ static std::vector<Case> cases() {
   // 16) under disjoint one-key windows; 6 heads on 2 with causal windows of 5 distinct ends, sinks
   { Case c; c.S1 = 5; c.S2 = 90; c.N1 = 8; c.N2 = 1; c.mode = 4; c.wl = 0; c.wr = 0; add(c); }
   { Case c; c.layout = "TND"; c.lq = {5, 2, 5}; c.lkv = {300, 0, 17}; c.N1 = 6; c.N2 = 2; c.D = 128; c.Dv = 64; c.mode = 3; c.sinks = true; add(c); }
+  // 2-4 rows against enough keys that a bf16 forward on AMX takes one tile (kSmallWorkBf16AmxFwd)
+  // and its backward the row kernels: TND with empty sequences, a window, sinks, GQA
+  { Case c; c.layout = "TND"; c.lq = {3, 0, 4, 1}; c.lkv = {200, 5, 130, 0}; c.N1 = 4; c.N2 = 2; c.mode = 4; c.wl = 90; c.wr = 2; c.sinks = true; add(c); }
   // long rows: several key blocks of every path (the AMX forward's are 512 keys), so the online
   // softmax rescales across blocks, and a window whose edges fall inside blocks; the first with
   // D and keys multiples of 32 and K / V rows strided by N2 * D (the AMX backward reads them in place)

@@ -104,14 +104,16 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   }
   const int64_t share = work < kSmallSerialWork ? 1 : threads;
   const int64_t group = std::max<int64_t>(1, p.group);
-  // Forward: runs of a kv head's pairs short enough for two tasks per thread. A row's result does
-  // not depend on the run it is in, so this may follow the thread count. The backward takes a kv
+  // Forward: runs of a kv head's pairs short enough for a task per thread (not two: each run
+  // reads its kv head's K and V, and one-row GQA decode is bound by those reads; 8 query heads on
+  // 2, 2,048 keys, 2 threads: 171-249 against 248-310 us in float32). A row's result does not
+  // depend on the run it is in, so this may follow the thread count. The backward takes a kv
   // head per task (its dK / dV sum over the group's rows in a fixed order) and its pairs
   // kSmallMaxPairs at a time.
   int64_t per = kSmallMaxPairs;
   if (!bwd) {
     const int64_t items = std::max<int64_t>(1, p.batch * p.heads_kv);
-    per = std::max<int64_t>(1, std::min(kSmallMaxPairs, ceil_div(items * group * p.max_seqlen_q, 2 * share)));
+    per = std::max<int64_t>(1, std::min(kSmallMaxPairs, ceil_div(items * group * p.max_seqlen_q, share)));
   }
   plan->small_pairs = per;
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -154,12 +156,14 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
 bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads, PlanStorage* storage,
                Plan* plan) {
   const bool bf16_tiles = plan->compute == Compute::kBf16Pairs && kernels().amx;
-  if (p.max_seqlen_q <= (bf16_tiles ? kSmallRowsQBf16Amx : kSmallRowsQ))
-    return make_small_plan(p, bwd, threads, storage, plan);
+  const int64_t rows = p.max_seqlen_q;
+  const bool small = bf16_tiles ? rows <= kSmallRowsQBf16Amx &&
+                                      (bwd || rows == 1 || rows * p.max_seqlen_kv < kSmallWorkBf16AmxFwd)
+                                : rows <= kSmallRowsQ;
+  if (small) return make_small_plan(p, bwd, threads, storage, plan);
   plan->small = false;
   // bf16 on a CPU with AMX: the tile dataflow for every call the row kernels above do not take.
-  if (plan->compute == Compute::kBf16Pairs && kernels().amx && p.max_seqlen_q >= kAmxMinRowsQBf16)
-    plan->compute = Compute::kBf16Amx;
+  if (bf16_tiles) plan->compute = Compute::kBf16Amx;
   // float32 inputs likewise, every operand in three bf16 parts: six tile GEMMs per GEMM, float32's
   // accuracy, and still faster than float FMAs (docs/decisions.md).
   // float16 in two parts: exact, four tile GEMMs per GEMM. The forward and the backward always take

@@ -48,7 +48,7 @@ constexpr int64_t kAmxBwdBlockKV = 128;
 constexpr int64_t kAmxBwdBlockKVBf16 = 256;
 // Below this many query rows float32 / float16 inputs (in bf16 parts) run on the vector path: on
 // 5-12 rows their tile dataflow measured 15-25% slower than float FMAs (fwd+bwd, B1 N8 Skv=1024
-// D128, 2 threads). bf16 takes the tiles from kAmxMinRowsQBf16 rows (below).
+// D128, 2 threads). bf16 takes the tiles wherever the row kernels do not run (below).
 constexpr int64_t kAmxMinRowsQ = 16;
 // Rows of a sequence in the backward's packed operands: a multiple of 32 for the tiles, and one
 // tile more, so that the d-major K^T has no power-of-two row stride (16 rows in a few L1 sets).
@@ -76,14 +76,16 @@ struct Task {
 // At 8 rows and more the two trade places with the keys and the heads.
 constexpr int64_t kSmallRowsQ = 5;
 // bf16 on AMX: the row kernels up to 4 rows only; at 5 rows one 16-row tile beat them 1.3-1.5x
-// forward (128-1024 keys) and 1.1-1.35x backward (docs/decisions.md, "Few query rows, second
-// round").
+// forward (128-1024 keys) and 1.1-1.35x backward. And the forward of 2-4 rows takes the tile once
+// rows x keys reach kSmallWorkBf16AmxFwd: one tile's cost hardly grows with the rows, the row
+// kernels' grows with each (B1, 8 query heads on 2, D128, 2 threads: 4 rows x 1024 keys 136
+// against 323 us, 2 rows x 1024 131 against 190; 2 rows x 128 keys 40 against 37). The
+// backward's row kernels stayed faster up to 4 rows (1.03-2.1x, 16-1024 keys), and a bf16
+// backward does not need the forward's dataflow (docs/decisions.md, "Few query rows, second
+// round"). bf16 takes the tiles for every call the row kernels do not.
 constexpr int64_t kSmallRowsQBf16Amx = 4;
+constexpr int64_t kSmallWorkBf16AmxFwd = 384;
 constexpr int64_t kSmallSerialWork = int64_t(1) << 18;
-// bf16 takes the AMX dataflow for every call past the row kernels: 5-12 query rows padded to a
-// 16-row tile ran fwd+bwd in 1.50-1.57 ms against 4.16-5.12 on the vector kernels (vdpbf16ps; B1
-// N8 Skv=1024 D128, 2 threads, medians; docs/decisions.md, the AMX dataflow's tenth round).
-constexpr int64_t kAmxMinRowsQBf16 = kSmallRowsQBf16Amx + 1;
 
 // The row kernels take a kv head's query rows (of all the heads of its group) together, up to
 // kSmallMaxPairs (head, row) pairs at a time, so that each K / V row is read and converted once
