@@ -6,6 +6,11 @@ bottom-right agree and SDPA may use its flash backend); and the sliding window S
 W=512 (mask_mode 4, win_left=511, win_right=0), D=64, against SDPA with an explicit boolean band
 mask. op_plugin runs in BNSD, SDPA's own layout, so neither side transposes.
 
+Few query rows (speculative decode, 2026-12-06): Sq = 1, 4 and 5 against Skv = 2048 keys of 2 kv
+heads (8 query heads, D=128), float32 and bfloat16, forward (and forward+backward at Sq = 4),
+against SDPA with enable_gqa; memory bound, so their throughput is K and V's bytes read per second
+against the machine's copy bandwidth.
+
 Figures: median time of each and their ratio, op_plugin's useful GFLOP/s (only the allowed
 (query, key) pairs count: 4*D per pair forward, 2.5x that backward, the usual flash attention
 convention) against the machine's GEMM peak in the same dtype, and for forward+backward the
@@ -98,6 +103,45 @@ def measure_peak(impl: str, B: int, N: int, S: int, D: int, dtype_name: str, mod
     return max(peak_rss_mb() - base, 0.0)
 
 
+def few_rows(quick: bool = False) -> list[dict[str, object]]:
+    """Few query rows against a long key sequence (module docstring)."""
+    from common import interleaved_medians, memcpy_bandwidth_gbs
+
+    B, N, N2, Skv, D = 1, 8, 2, 512 if quick else 2048, 128
+    copy_gbs = memcpy_bandwidth_gbs()
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for name in WINDOW_DTYPES:
+        dtype = DTYPES[name]
+        k, v = (torch.randn(B, N2, Skv, D, generator=g).to(dtype) for _ in range(2))
+        for sq, backward in ((1, False), (4, False), (5, False), (4, True)):
+            q = torch.randn(B, N, sq, D, generator=g).to(dtype)
+            dout = torch.randn(B, N, sq, D, generator=g).to(dtype)
+            kw = op_kwargs("dense", 0)
+
+            def ours(q=q, dout=dout, backward=backward):
+                out, lse = op_plugin.flash_attn(q, k, v, softmax_scale=D ** -0.5, return_softmax_lse=backward, **kw)
+                if backward:
+                    op_plugin.flash_attn_grad(q, k, v, dout, out, lse, softmax_scale=D ** -0.5, **kw)
+
+            def sdpa(q=q, dout=dout, backward=backward):
+                qq, kk, vv = (t.detach().requires_grad_(backward) for t in (q, k, v))
+                out = F.scaled_dot_product_attention(qq, kk, vv, enable_gqa=True)
+                if backward:
+                    out.backward(dout)
+
+            t_ours, t_torch = interleaved_medians([ours, sdpa], [21, 21], warmup=3)
+            gbs = 2 * k.numel() * k.element_size() / t_ours / 1e9
+            rows.append({
+                "workload": f"flash_attn {'fwd+bwd' if backward else 'fwd'} few rows Sq={sq} Skv={Skv} B={B} N={N} "
+                            f"on {N2} kv heads D={D} vs SDPA",
+                "dtype": name, "op_plugin_s": t_ours, "pytorch_s": t_torch, "speedup": t_torch / t_ours,
+                "throughput": f"K, V read at {gbs:.1f} GB/s = {100 * gbs / copy_gbs:.0f}% of copy {copy_gbs:.1f} GB/s",
+                "peak_extra_mb": "-",
+            })
+    return rows
+
+
 def run(quick: bool = False) -> list[dict[str, object]]:
     from common import gemm_peak_gflops, interleaved_medians, peak_extra_memory_mb
 
@@ -133,4 +177,4 @@ def run(quick: bool = False) -> list[dict[str, object]]:
                     "throughput": f"{gflops:.0f} useful GFLOP/s = {100 * gflops / peak:.0f}% of GEMM peak {peak:.0f} GFLOP/s",
                     "peak_extra_mb": memory,
                 })
-    return rows
+    return rows + few_rows(quick)
