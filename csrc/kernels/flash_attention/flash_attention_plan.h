@@ -63,7 +63,8 @@ constexpr int64_t pad32(int64_t n) { return (n + 31) / 32 * 32; }
 struct Task {
   int32_t b;
   int32_t n;
-  int64_t i0;   // forward: first query row; backward: key chunk index
+  int64_t i0;   // forward: first query row (the row kernels: first (head, row) pair of kv head
+                //   n); backward: key chunk index
   int64_t cost;  // tiles visited; tasks run longest first (LPT) from a shared queue
 };
 

@@ -167,7 +167,8 @@ struct Small {
           row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype, D,
           r.krow);
       for (int64_t k = 0; k < np; ++k)
-        if (j >= lok[k] && j <= hik[k]) r.s[k * r.ls + j - lok[k]] = logit(p, b, n[k], i[k], j, c2, r.q + k * r.ld, krow);
+        if (j >= lok[k] && j <= hik[k])
+          r.s[k * r.ls + j - lok[k]] = logit(p, b, n[k], i[k], j, c2, r.q + k * r.ld, krow);
     }
     for (int64_t k = 0; k < np; ++k) {
       S* sk = r.s + k * r.ls;
