@@ -110,6 +110,7 @@ def few_rows(quick: bool = False) -> list[dict[str, object]]:
     B, N, N2, Skv, D = 1, 8, 2, 512 if quick else 2048, 128
     copy_gbs = memcpy_bandwidth_gbs()
     g = torch.Generator().manual_seed(0)
+    kw = op_kwargs("dense", 0)
     rows = []
     for name in WINDOW_DTYPES:
         dtype = DTYPES[name]
@@ -117,7 +118,6 @@ def few_rows(quick: bool = False) -> list[dict[str, object]]:
         for sq, backward in ((1, False), (4, False), (5, False), (4, True)):
             q = torch.randn(B, N, sq, D, generator=g).to(dtype)
             dout = torch.randn(B, N, sq, D, generator=g).to(dtype)
-            kw = op_kwargs("dense", 0)
 
             def ours(q=q, dout=dout, backward=backward):
                 out, lse = op_plugin.flash_attn(q, k, v, softmax_scale=D ** -0.5, return_softmax_lse=backward, **kw)
