@@ -130,6 +130,18 @@ struct OpsGeneric {
   static V max(V a, V b) { V r; for (int i = 0; i < W; ++i) r[i] = a[i] > b[i] ? a[i] : b[i]; return r; }
   static S hmax(V a) { S m = a[0]; for (int i = 1; i < W; ++i) m = a[i] > m ? a[i] : m; return m; }
   static S hsum(V a) { S s = a[0]; for (int i = 1; i < W; ++i) s += a[i]; return s; }
+  // out[t] = hsum(v[t]) for t < W, bitwise (the row kernels of flash_attention_small.h reduce W
+  // dot products at once; the vector Ops below do it with one transpose-reduce).
+  static void hsums(const V* v, S* out) {
+    for (int t = 0; t < W; ++t) out[t] = hsum(v[t]);
+  }
+  // Lane-wise running maximum that keeps the first NaN: m where m is NaN, else x where x > m or x
+  // is NaN, else m (max() returns its second operand when either is NaN, so a NaN can be lost).
+  static V max_keep_nan(V m, V x) {
+    for (int i = 0; i < W; ++i)
+      if (m[i] == m[i] && (x[i] > m[i] || x[i] != x[i])) m[i] = x[i];
+    return m;
+  }
   // Lanes whose index (base + lane) lies outside [lo, hi] become -inf.
   static V mask_range(V x, int64_t base, int64_t lo, int64_t hi) {
     for (int i = 0; i < W; ++i) {
@@ -194,6 +206,27 @@ struct OpsAvx2F {
     m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
     return _mm_cvtss_f32(m);
   }
+  // out[t] = hsum(v[t]) for t < 8, bitwise: hsum's tree (halves, then lanes 2 apart, then 1)
+  // run on all 8 vectors at once, 7 adds and 14 shuffles in all. The inputs are taken in the
+  // order that leaves lane t holding v[t]'s sum.
+  static void hsums(const V* v, S* out) {
+    static constexpr int in[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    __m256 w[4], u[2];
+    for (int i = 0; i < 4; ++i) {  // [a.lo + a.hi | b.lo + b.hi]
+      const __m256 a = v[in[2 * i]], b = v[in[2 * i + 1]];
+      w[i] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    }
+    for (int i = 0; i < 2; ++i) {  // lanes 0 + 2 and 1 + 3 of each half
+      const __m256d x = _mm256_castps_pd(w[2 * i]), y = _mm256_castps_pd(w[2 * i + 1]);
+      u[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], 0x88), _mm256_shuffle_ps(u[0], u[1], 0xDD)));
+  }
+  static V max_keep_nan(V m, V x) {  // as OpsGeneric::max_keep_nan
+    const __m256 take = _mm256_andnot_ps(_mm256_cmp_ps(m, m, _CMP_UNORD_Q),
+                                         _mm256_or_ps(_mm256_cmp_ps(x, m, _CMP_GT_OQ), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+    return _mm256_blendv_ps(m, x, take);
+  }
   static V mask_range(V x, int64_t base, int64_t lo, int64_t hi) {
     // lanes with idx in [lo, hi]; computed in 32-bit relative to base (|lo-base| is clamped).
     const int32_t l = static_cast<int32_t>(imax(imin(lo - base, 1 << 20), -(1 << 20)));
@@ -245,6 +278,32 @@ struct Ops512Base {
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static S hmax(V a) { return _mm512_reduce_max_ps(a); }
   static S hsum(V a) { return _mm512_reduce_add_ps(a); }
+  // out[t] = hsum(v[t]) for t < 16, bitwise: _mm512_reduce_add_ps's tree (halves, quarters, lanes
+  // 2 apart, then 1) run on all 16 vectors at once, 15 adds and 30 shuffles in all where 16
+  // reductions take 64 dependent ones. The inputs are taken in the order that leaves lane t
+  // holding v[t]'s sum.
+  static void hsums(const V* v, S* out) {
+    static constexpr int in[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+    __m512 w[8], u[4], t[2];
+    for (int i = 0; i < 8; ++i) {  // 256-bit halves: [a.q0 + a.q2, a.q1 + a.q3, b.q0 + b.q2, b.q1 + b.q3]
+      const __m512 a = v[in[2 * i]], b = v[in[2 * i + 1]];
+      w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    for (int i = 0; i < 4; ++i)  // 128-bit quarters: one vector's four partial sums per quarter
+      u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                           _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; ++i) {  // lanes 0 + 2 and 1 + 3 of each quarter
+      const __m512d x = _mm512_castps_pd(u[2 * i]), y = _mm512_castps_pd(u[2 * i + 1]);
+      t[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x88), _mm512_shuffle_ps(t[0], t[1], 0xDD)));
+  }
+  static V max_keep_nan(V m, V x) {  // as OpsGeneric::max_keep_nan
+    const __mmask16 take = static_cast<__mmask16>(
+        (_mm512_cmp_ps_mask(x, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q)) &
+        ~_mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q));
+    return _mm512_mask_mov_ps(m, take, x);
+  }
   static __mmask16 range_mask(int64_t base, int64_t lo, int64_t hi) {
     const int32_t l = static_cast<int32_t>(imax(imin(lo - base, 1 << 20), -(1 << 20)));
     const int32_t h = static_cast<int32_t>(imax(imin(hi - base, 1 << 20), -(1 << 20)));

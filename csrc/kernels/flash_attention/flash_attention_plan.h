@@ -92,15 +92,18 @@ constexpr int64_t kSmallSerialWork = int64_t(1) << 18;
 // kSmallMaxPairs (head, row) pairs at a time, so that each K / V row is read and converted once
 // for all of them, not once per row.
 constexpr int64_t kSmallMaxPairs = 16;
+// They go over the keys kSmallKeys at a time: a block's logits are reduced together and P V keeps
+// a row's accumulators in registers across the block.
+constexpr int64_t kSmallKeys = 16;
 
-// Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: a K,
-// a V and an O row of pad16(max(D, Dv)) accumulation scalars and a conversion row, then the rows'
-// q, accumulator and dO rows and the logits of max_skv keys.
+// Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: a
+// block of kSmallKeys K rows and one of V rows, an O row of pad16(max(D, Dv)) accumulation scalars
+// and a conversion row, then the rows' q, accumulator and dO rows and the logits of max_skv keys.
 inline int64_t small_rows_bytes(int64_t D, int64_t Dv, int64_t max_skv, int64_t scalar_bytes, int64_t pairs) {
   auto up = [](int64_t x) { return (x + 63) / 64 * 64; };
   const int64_t Dm = pad16(D > Dv ? D : Dv);
-  return 3 * up(pairs * Dm * scalar_bytes) + up(pairs * pad16(max_skv) * scalar_bytes) + 3 * up(Dm * scalar_bytes) +
-         up(Dm * 4);
+  return 3 * up(pairs * Dm * scalar_bytes) + up(pairs * pad16(max_skv) * scalar_bytes) +
+         2 * up(kSmallKeys * Dm * scalar_bytes) + up(Dm * scalar_bytes) + up(Dm * 4);
 }
 
 struct Plan {

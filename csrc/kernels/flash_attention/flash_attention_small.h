@@ -42,12 +42,16 @@ struct Small {
   using V = typename Ops::V;
   static constexpr int W = Ops::W;
 
+  static constexpr int kKeys = static_cast<int>(flash::kSmallKeys);
+  static_assert(kKeys % W == 0, "a key block is whole reductions of Ops::hsums");
+
   // Scratch of one task for `pairs` query rows (flash_attention_plan.cpp sizes the slot with
-  // small_rows_bytes): the K / V conversion rows first, then row k's q, accumulator, logits and
-  // dO at k * ld (k * ls for the logits). With the conversion rows after the logits, a one-row
-  // bf16 forward ran 10% slower (the logits' stores 4 KiB from the K row's loads, it seems).
+  // small_rows_bytes): the K / V conversion blocks (kKeys rows ld apart) first, then row k's q,
+  // accumulator, logits and dO at k * ld (k * ls for the logits). With the conversion rows after
+  // the logits, a one-row bf16 forward ran 10% slower (the logits' stores 4 KiB from the K row's
+  // loads, it seems).
   struct Rows {
-    S *q, *dout, *acc, *s, *krow, *vrow, *o;
+    S *q, *dout, *acc, *s, *kblk, *vblk, *o;
     float* tmp;
     int64_t ld, ls;
   };
@@ -57,8 +61,8 @@ struct Small {
     Rows r;
     r.ld = Dm;
     r.ls = pad16(p.max_seqlen_kv);
-    r.krow = c.take<S>(Dm);
-    r.vrow = c.take<S>(Dm);
+    r.kblk = c.take<S>(kKeys * Dm);
+    r.vblk = c.take<S>(kKeys * Dm);
     r.o = c.take<S>(Dm);
     r.tmp = c.take<float>(Dm);
     r.q = c.take<S>(pairs * Dm);
@@ -68,21 +72,66 @@ struct Small {
     return r;
   }
 
-  // Two accumulators: one chain of dependent adds was the latency of every logit here.
-  static S dot(const S* a, const S* b, int64_t n) {
+  // a.b = hsum(dot_part) + the tail's products in order (dot_tail). The part sums the even and
+  // the odd W-chunks apart (one chain of dependent adds was the latency of every logit), then
+  // together: 2 W partial sums.
+  static V dot_part(const S* a, const S* b, int64_t n) {
     V acc0 = Ops::zero(), acc1 = Ops::zero();
     int64_t c = 0;
     for (; c + 2 * W <= n; c += 2 * W) {
       acc0 = Ops::add(acc0, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
       acc1 = Ops::add(acc1, Ops::mul(Ops::loadc(a + c + W), Ops::loadc(b + c + W)));
     }
-    if (c + W <= n) {
-      acc0 = Ops::add(acc0, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
-      c += W;
-    }
-    S s = Ops::hsum(Ops::add(acc0, acc1));
-    for (; c < n; ++c) s += a[c] * b[c];
+    if (c + W <= n) acc0 = Ops::add(acc0, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
+    return Ops::add(acc0, acc1);
+  }
+  static S dot_tail(S s, const S* a, const S* b, int64_t n) {
+    for (int64_t c = n - n % W; c < n; ++c) s += a[c] * b[c];
     return s;
+  }
+  static S dot(const S* a, const S* b, int64_t n) { return dot_tail(Ops::hsum(dot_part(a, b, n)), a, b, n); }
+  // x[t] = a.b_t for nk <= kKeys rows b_t = b + t * bs, each as dot computes it; the parts are
+  // reduced W at a time (Ops::hsums), not one by one.
+  static void dots(const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+    switch (n / W) {  // a's chunks held in registers, when there are few enough of them
+      case 1: return dots_n<1>(a, b, bs, nk, n, x);
+      case 2: return dots_n<2>(a, b, bs, nk, n, x);
+      case 3: return dots_n<3>(a, b, bs, nk, n, x);
+      case 4: return dots_n<4>(a, b, bs, nk, n, x);
+      case 5: return dots_n<5>(a, b, bs, nk, n, x);
+      case 6: return dots_n<6>(a, b, bs, nk, n, x);
+      case 7: return dots_n<7>(a, b, bs, nk, n, x);
+      case 8: return dots_n<8>(a, b, bs, nk, n, x);
+      default: break;
+    }
+    V part[kKeys];
+    for (int t = 0; t < nk; ++t) part[t] = dot_part(a, b + t * bs, n);
+    reduce_dots(part, a, b, bs, nk, n, x);
+  }
+  // dots with a's NC = n / W whole chunks loaded once (dot_part loaded them again for every key,
+  // and on Zen 4 those loads, not the multiplies, bounded the logits), same sums.
+  template <int NC>
+  static void dots_n(const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+    V av[NC];
+    for (int c = 0; c < NC; ++c) av[c] = Ops::loadc(a + c * W);
+    V part[kKeys];
+    for (int t = 0; t < nk; ++t) {
+      const S* bt = b + t * bs;
+      V acc0 = Ops::zero(), acc1 = Ops::zero();
+      for (int c = 0; c + 1 < NC; c += 2) {
+        acc0 = Ops::add(acc0, Ops::mul(av[c], Ops::loadc(bt + c * W)));
+        acc1 = Ops::add(acc1, Ops::mul(av[c + 1], Ops::loadc(bt + (c + 1) * W)));
+      }
+      if (NC % 2) acc0 = Ops::add(acc0, Ops::mul(av[NC - 1], Ops::loadc(bt + (NC - 1) * W)));
+      part[t] = Ops::add(acc0, acc1);
+    }
+    reduce_dots(part, a, b, bs, nk, n, x);
+  }
+  static void reduce_dots(V* part, const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+    for (int t = nk; t < kKeys; ++t) part[t] = Ops::zero();
+    for (int t = 0; t < nk; t += W) Ops::hsums(part + t, x + t);
+    if (n % W)
+      for (int t = 0; t < nk; ++t) x[t] = dot_tail(x[t], a, b + t * bs, n);
   }
   static void axpy(S a, const S* x, S* y, int64_t n) {  // y += a x
     const V va = Ops::set1(a);
@@ -90,12 +139,44 @@ struct Small {
     for (; c + W <= n; c += W) Ops::storec(y + c, Ops::add(Ops::loadc(y + c), Ops::mul(va, Ops::loadc(x + c))));
     for (; c < n; ++c) y[c] += a * x[c];
   }
+  // y += a_t x_t for t < m (x_t = x + t * xs), t ascending (terms with a_t == 0 skipped when
+  // kSkipZeros): axpy m times over, with y's vectors held in registers (NV of them at a time)
+  // across the m rows.
+  template <bool kSkipZeros>
+  static void axpys(const S* a, int m, const S* x, int64_t xs, S* y, int64_t n) {
+    int64_t c = 0;
+    for (; c + 8 * W <= n; c += 8 * W) axpys_cols<8, kSkipZeros>(a, m, x + c, xs, y + c);
+    switch ((n - c) / W) {
+      case 7: axpys_cols<7, kSkipZeros>(a, m, x + c, xs, y + c); break;
+      case 6: axpys_cols<6, kSkipZeros>(a, m, x + c, xs, y + c); break;
+      case 5: axpys_cols<5, kSkipZeros>(a, m, x + c, xs, y + c); break;
+      case 4: axpys_cols<4, kSkipZeros>(a, m, x + c, xs, y + c); break;
+      case 3: axpys_cols<3, kSkipZeros>(a, m, x + c, xs, y + c); break;
+      case 2: axpys_cols<2, kSkipZeros>(a, m, x + c, xs, y + c); break;
+      case 1: axpys_cols<1, kSkipZeros>(a, m, x + c, xs, y + c); break;
+      default: break;
+    }
+    for (c = n - n % W; c < n; ++c)
+      for (int t = 0; t < m; ++t)
+        if (!kSkipZeros || a[t] != S(0)) y[c] += a[t] * x[t * xs + c];
+  }
+  template <int NV, bool kSkipZeros>
+  static void axpys_cols(const S* a, int m, const S* x, int64_t xs, S* y) {
+    V acc[NV];
+    for (int v = 0; v < NV; ++v) acc[v] = Ops::loadc(y + v * W);
+    for (int t = 0; t < m; ++t) {
+      if (kSkipZeros && a[t] == S(0)) continue;
+      const V va = Ops::set1(a[t]);
+      for (int v = 0; v < NV; ++v) acc[v] = Ops::add(acc[v], Ops::mul(va, Ops::loadc(x + t * xs + v * W)));
+    }
+    for (int v = 0; v < NV; ++v) Ops::storec(y + v * W, acc[v]);
+  }
   static S exp2s(S x) { return x == S(-INFINITY) ? S(0) : static_cast<S>(std::exp2(x)); }
 
-  // Logit of (row i, key j) in log2 units: c2 q.k (+ c2 pse; -inf where the full mask is set).
-  static S logit(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i, int64_t j, S c2, const S* q,
-                 const S* krow) {
-    S x = c2 * dot(q, krow, p.head_dim);
+  // Logit of (row i, key j) in log2 units from qk = q.k: c2 qk (+ c2 pse; -inf where the full mask
+  // is set).
+  static S logit_of_dot(const FlashAttnFwdParams& p, int64_t b, int64_t n, int64_t i, int64_t j, S c2, S qk) {
+    S x = c2 * qk;
     if (p.pse) {
       const int64_t idx = b * p.pse_batch_stride + n * p.pse_head_stride + i * p.pse_row_stride + j;
       x += c2 * (p.pse_dtype == OP_DT_DOUBLE ? static_cast<S>(static_cast<const double*>(p.pse)[idx])
@@ -117,11 +198,22 @@ struct Small {
                              int64_t hs) {
     return static_cast<const char*>(base) + (b * bs + row * rs + head * hs) * es;
   }
-  // A row of n values of dtype dt as S values: read in place when dt is S's own type, else
-  // converted into buf (the copy per key was a third of a decode call's kernel time).
-  static const S* row_as_s(const char* src, opDataType dt, int64_t n, S* buf) {
-    if (dt == (sizeof(S) == 8 ? OP_DT_DOUBLE : OP_DT_FLOAT)) return reinterpret_cast<const S*>(src);
-    load_row<S>(src, dt, n, buf);
+  // Rows j0 .. j0 + nk - 1 of kv head h of K (or V when `value`) as S rows, *rs apart: read in
+  // place when the dtype is S's own (a copy per key was a third of a decode call's kernel time),
+  // else converted into buf (ld apart).
+  static const S* block_as_s(const FlashAttnFwdParams& p, bool value, int64_t b, int64_t h, int64_t j0, int nk,
+                             S* buf, int64_t ld, int64_t* rs) {
+    const int64_t es = dtype_size(p.dtype), n = value ? p.head_dim_v : p.head_dim;
+    const void* base = value ? p.v : p.k;
+    const int64_t bs = value ? p.v_batch_stride : p.k_batch_stride, hs = value ? p.v_head_stride : p.k_head_stride;
+    const int64_t stride = value ? p.v_row_stride : p.k_row_stride;
+    const char* row0 = row_ptr(base, es, b, bs, p.kv_start[b] + j0, stride, h, hs);
+    if (p.dtype == (sizeof(S) == 8 ? OP_DT_DOUBLE : OP_DT_FLOAT)) {
+      *rs = stride;
+      return reinterpret_cast<const S*>(row0);
+    }
+    for (int t = 0; t < nk; ++t) load_row<S>(row0 + t * stride * es, p.dtype, n, buf + t * ld);
+    *rs = ld;
     return buf;
   }
 
@@ -162,20 +254,38 @@ struct Small {
         hi = imax(hi, hik[k]);
       }
     }
-    for (int64_t j = lo; j <= hi; ++j) {
-      const S* krow = row_as_s(
-          row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype, D,
-          r.krow);
-      for (int64_t k = 0; k < np; ++k)
-        if (j >= lok[k] && j <= hik[k])
-          r.s[k * r.ls + j - lok[k]] = logit(p, b, n[k], i[k], j, c2, r.q + k * r.ld, krow);
+    for (int64_t j0 = lo; j0 <= hi; j0 += kKeys) {  // the logits, a block of keys at a time
+      const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
+      int64_t ks;
+      const S* kb = block_as_s(p, false, b, h, j0, nk, r.kblk, r.ld, &ks);
+      for (int64_t k = 0; k < np; ++k) {
+        const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
+        if (a > e) continue;
+        S qk[kKeys];
+        dots(r.q + k * r.ld, kb, ks, nk, D, qk);
+        S* sk = r.s + k * r.ls;  // key j's logit at sk[j - lok[k]]
+        if (!p.pse && !p.full_mask && a == j0 && e - a + 1 == kKeys) {
+          for (int t = 0; t < kKeys; t += W)
+            Ops::storec(sk + j0 - lok[k] + t, Ops::mul(Ops::set1(c2), Ops::loadc(qk + t)));
+          continue;
+        }
+        for (int64_t j = a; j <= e; ++j) sk[j - lok[k]] = logit_of_dot(p, b, n[k], i[k], j, c2, qk[j - j0]);
+      }
     }
     for (int64_t k = 0; k < np; ++k) {
       S* sk = r.s + k * r.ls;
       const int64_t nvis = imax(0, hik[k] - lok[k] + 1);
+      // the maximum, NaN propagating: W lanes apart, then the lanes and the tail in order
+      V vmax = Ops::set1(m0[k]);
+      int64_t tv = 0;
+      for (; tv + W <= nvis; tv += W) vmax = Ops::max_keep_nan(vmax, Ops::loadc(sk + tv));
+      S lanes[W];
+      Ops::storec(lanes, vmax);
       S m = m0[k];
-      for (int64_t t = 0; t < nvis; ++t)
-        if (sk[t] > m || sk[t] != sk[t]) m = m != m ? m : sk[t];  // NaN propagates
+      for (int64_t t = 0; t < W + nvis - tv; ++t) {
+        const S x = t < W ? lanes[t] : sk[tv + t - W];
+        if (m == m && (x > m || x != x)) m = x;
+      }
       muse[k] = m == S(-INFINITY) ? S(0) : m;  // nothing visible: keep the exponents finite
       l[k] = sink ? exp2s(m0[k] - muse[k]) : S(0);
       // the weights, W at a time (the sum keeps every term, P V only the kept ones)
@@ -196,16 +306,16 @@ struct Small {
     }
     DropoutKey dkey;
     if (p.keep_prob < 1.0) dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
-    for (int64_t j = lo; j <= hi; ++j) {
-      const S* vrow = nullptr;  // read once the first row needs it
+    for (int64_t j0 = lo; j0 <= hi; j0 += kKeys) {  // out += P V, a block of keys at a time
+      const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
+      int64_t vs;
+      const S* vb = block_as_s(p, true, b, h, j0, nk, r.vblk, r.ld, &vs);
       for (int64_t k = 0; k < np; ++k) {
-        if (j < lok[k] || j > hik[k]) continue;
-        const S pe = r.s[k * r.ls + j - lok[k]] * keep(p, dkey, b, n[k], i[k], j);
-        if (pe == S(0)) continue;
-        if (vrow == nullptr)
-          vrow = row_as_s(row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride),
-                          p.dtype, Dv, r.vrow);
-        axpy(pe, vrow, r.acc + k * r.ld, Dv);
+        const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
+        if (a > e) continue;
+        S pe[kKeys];
+        for (int64_t j = a; j <= e; ++j) pe[j - a] = r.s[k * r.ls + j - lok[k]] * keep(p, dkey, b, n[k], i[k], j);
+        axpys<true>(pe, static_cast<int>(e - a + 1), vb + (a - j0) * vs, vs, r.acc + k * r.ld, Dv);
       }
     }
     for (int64_t k = 0; k < np; ++k)
@@ -271,24 +381,43 @@ struct Small {
         }
         ++np;
       }
-      for (int64_t j = lo; j <= hi; ++j) {
-        const S* krow = row_as_s(
-            row_ptr(p.k, es, b, p.k_batch_stride, p.kv_start[b] + j, p.k_row_stride, h, p.k_head_stride), p.dtype, D,
-            r.krow);
-        const S* vrow = row_as_s(
-            row_ptr(p.v, es, b, p.v_batch_stride, p.kv_start[b] + j, p.v_row_stride, h, p.v_head_stride), p.dtype, Dv,
-            r.vrow);
+      for (int64_t j0 = lo; j0 <= hi; j0 += kKeys) {  // a block of keys at a time
+        const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
+        int64_t ks, vs;
+        const S* kb = block_as_s(p, false, b, h, j0, nk, r.kblk, r.ld, &ks);
+        const S* vb = block_as_s(p, true, b, h, j0, nk, r.vblk, r.ld, &vs);
+        // dS and P z of key j0 + t, pair k, at [t][k]
+        S dst[kKeys][flash::kSmallMaxPairs], pzt[kKeys][flash::kSmallMaxPairs];
+        bool whole = true;  // every pair sees every key of the block
         for (int64_t k = 0; k < np; ++k) {
-          if (j < lok[k] || j > hik[k]) continue;
-          const S* q = r.q + k * r.ld;
-          const S* dout = r.dout + k * r.ld;
-          const S pr = exp2s(logit(p, b, n[k], i[k], j, c2, q, krow) - lse2[k]);
-          const S z = keep(p, dkey, b, n[k], i[k], j);
-          const S ds = pr * (dot(dout, vrow, Dv) * z - delta[k]);
-          axpy(ds, krow, r.acc + k * r.ld, D);  // dQ
-          axpy(ds, q, dkv + j * ld, D);          // dK (scaled when written)
-          axpy(pr * z, dout, dkv + j * ld + Dp, Dv);  // dV
-          if (dpse_all) dpse_all[((b * p.heads_q + n[k]) * plan.dpse_rows + i[k]) * plan.dpse_cols + j] = ds * sc;
+          const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
+          whole = whole && a == j0 && e == j0 + nk - 1;
+          if (a > e) continue;
+          S qk[kKeys], dp[kKeys], dsk[kKeys];
+          dots(r.q + k * r.ld, kb, ks, nk, D, qk);
+          dots(r.dout + k * r.ld, vb, vs, nk, Dv, dp);
+          for (int64_t j = a; j <= e; ++j) {
+            const int64_t t = j - j0;
+            const S pr = exp2s(logit_of_dot(p, b, n[k], i[k], j, c2, qk[t]) - lse2[k]);
+            const S z = keep(p, dkey, b, n[k], i[k], j);
+            dsk[j - a] = dst[t][k] = pr * (dp[t] * z - delta[k]);
+            pzt[t][k] = pr * z;
+            if (dpse_all) dpse_all[((b * p.heads_q + n[k]) * plan.dpse_rows + i[k]) * plan.dpse_cols + j] = dst[t][k] * sc;
+          }
+          axpys<false>(dsk, static_cast<int>(e - a + 1), kb + (a - j0) * ks, ks, r.acc + k * r.ld, D);  // dQ
+        }
+        for (int t = 0; t < nk; ++t) {  // dK (scaled when written) and dV, over the pairs in order
+          S* dkj = dkv + (j0 + t) * ld;
+          if (whole) {
+            axpys<false>(dst[t], static_cast<int>(np), r.q, r.ld, dkj, D);
+            axpys<false>(pzt[t], static_cast<int>(np), r.dout, r.ld, dkj + Dp, Dv);
+            continue;
+          }
+          for (int64_t k = 0; k < np; ++k) {
+            if (j0 + t < lok[k] || j0 + t > hik[k]) continue;
+            axpy(dst[t][k], r.q + k * r.ld, dkj, D);
+            axpy(pzt[t][k], r.dout + k * r.ld, dkj + Dp, Dv);
+          }
         }
       }
       for (int64_t k = 0; k < np; ++k) store_row<S, Ops::kNativeBf16>(out_kind, r.acc + k * r.ld, dq[k], D, sc, r.tmp);
