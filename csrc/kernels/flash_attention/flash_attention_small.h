@@ -313,9 +313,13 @@ struct Small {
       for (int64_t k = 0; k < np; ++k) {
         const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
         if (a > e) continue;
+        const S* wk = r.s + k * r.ls + a - lok[k];  // the weights of keys a .. e, times the kept fraction
         S pe[kKeys];
-        for (int64_t j = a; j <= e; ++j) pe[j - a] = r.s[k * r.ls + j - lok[k]] * keep(p, dkey, b, n[k], i[k], j);
-        axpys<true>(pe, static_cast<int>(e - a + 1), vb + (a - j0) * vs, vs, r.acc + k * r.ld, Dv);
+        if (p.keep_prob < 1.0) {
+          for (int64_t j = a; j <= e; ++j) pe[j - a] = wk[j - a] * keep(p, dkey, b, n[k], i[k], j);
+          wk = pe;
+        }
+        axpys<true>(wk, static_cast<int>(e - a + 1), vb + (a - j0) * vs, vs, r.acc + k * r.ld, Dv);
       }
     }
     for (int64_t k = 0; k < np; ++k)
@@ -396,12 +400,16 @@ struct Small {
           S qk[kKeys], dp[kKeys], dsk[kKeys];
           dots(r.q + k * r.ld, kb, ks, nk, D, qk);
           dots(r.dout + k * r.ld, vb, vs, nk, Dv, dp);
-          for (int64_t j = a; j <= e; ++j) {
-            const int64_t t = j - j0;
-            const S pr = exp2s(logit_of_dot(p, b, n[k], i[k], j, c2, qk[t]) - lse2[k]);
+          // P of keys a .. e: the exponents, then 2^x W at a time (a libm exp2 per key was 6% of the time)
+          const int m = static_cast<int>(e - a + 1);
+          S pr[kKeys] = {};
+          for (int u = 0; u < m; ++u) pr[u] = logit_of_dot(p, b, n[k], i[k], a + u, c2, qk[a + u - j0]) - lse2[k];
+          for (int u = 0; u < m; u += W) Ops::storec(pr + u, Ops::exp2(Ops::loadc(pr + u)));
+          for (int u = 0; u < m; ++u) {
+            const int64_t j = a + u, t = j - j0;
             const S z = keep(p, dkey, b, n[k], i[k], j);
-            dsk[j - a] = dst[t][k] = pr * (dp[t] * z - delta[k]);
-            pzt[t][k] = pr * z;
+            dsk[u] = dst[t][k] = pr[u] * (dp[t] * z - delta[k]);
+            pzt[t][k] = pr[u] * z;
             if (dpse_all) dpse_all[((b * p.heads_q + n[k]) * plan.dpse_rows + i[k]) * plan.dpse_cols + j] = dst[t][k] * sc;
           }
           axpys<false>(dsk, static_cast<int>(e - a + 1), kb + (a - j0) * ks, ks, r.acc + k * r.ld, D);  // dQ
