@@ -157,9 +157,10 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
                Plan* plan) {
   const bool bf16_tiles = plan->compute == Compute::kBf16Pairs && kernels().amx;
   const int64_t rows = p.max_seqlen_q;
+  const int64_t max_rows = plan->compute == Compute::kBf16Pairs ? kSmallRowsQBf16Pairs : kSmallRowsQ;
   const bool small = bf16_tiles ? rows <= kSmallRowsQBf16Amx &&
                                       (bwd || rows == 1 || rows * p.max_seqlen_kv < kSmallWorkBf16AmxFwd)
-                                : rows <= kSmallRowsQ;
+                                : rows <= max_rows;
   if (small) return make_small_plan(p, bwd, threads, storage, plan);
   plan->small = false;
   // bf16 on a CPU with AMX: the tile dataflow for every call the row kernels above do not take.

@@ -70,12 +70,17 @@ struct Task {
 
 // Few query rows (flash_attention_small.h): at most kSmallRowsQ rows in every sequence run row
 // by row, without tiles; below kSmallSerialWork multiply-adds the call stays on one thread.
-// 5, not 4 (2026-12-06): at 5 rows the row kernels beat the vector tiles (64 rows of padding)
-// 1.1-2.5x forward and backward (float32, float16; 16-1024 keys, GQA or not), and their 32-way
-// split dot products keep float32 within the error budget, where the vector score GEMM's one
-// chain per logit was up to 2.4x over it (PyTorch's own GEMM is more accurate below 6 rows).
-// At 8 rows and more the two trade places with the keys and the heads.
-constexpr int64_t kSmallRowsQ = 5;
+// At 5 rows the row kernels' 32-way split dot products keep float32 within the error budget,
+// where the vector score GEMM's one chain per logit was up to 2.4x over it (PyTorch's own GEMM is
+// more accurate below 6 rows). 8, not 5, since the row kernels take keys in blocks (Zen 4, 2
+// threads, docs/decisions.md "Few query rows, third round"): at 6-8 rows they beat the vector
+// tiles (64 rows of padding) 1.6-3.7x forward and fwd+bwd (float32, float16; 32-4096 keys, GQA
+// or not), 1.36x with one kv head. Up to 16 rows they still won with two kv heads or more, but
+// their backward runs a task per (batch, kv head), and with one kv head 15 rows tied or lost.
+// bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate on AMD) keeps 5: at 6-8 rows the
+// row kernels won by less (1.0-1.8x) and not clearly with one kv head.
+constexpr int64_t kSmallRowsQ = 8;
+constexpr int64_t kSmallRowsQBf16Pairs = 5;
 // bf16 on AMX: the row kernels up to 4 rows only; at 5 rows one 16-row tile beat them 1.3-1.5x
 // forward (128-1024 keys) and 1.1-1.35x backward. And the forward of 2-4 rows takes the tile once
 // rows x keys reach kSmallWorkBf16AmxFwd: one tile's cost hardly grows with the rows, the row
