@@ -618,6 +618,9 @@ static std::vector<Case> cases() {
   // one (40 pairs: the backward's passes of 16) with disjoint one-key windows
   { Case c; c.layout = "BNSD"; c.N1 = 6; c.N2 = 2; c.S1 = 5; c.S2 = 77; c.mask = kBNSS; c.pse = true; c.sink = true; c.keep_prob = 0.75; c.seed = 9; add(c); }
   { Case c; c.N1 = 8; c.N2 = 1; c.S1 = 5; c.S2 = 40; c.mode = 4; c.mask = kTemplate; c.pre = 0; c.next = 0; c.pse = true; add(c); }
+  // 8 rows of 4 heads on one: the backward's key chunks (kSmallBwdMinTasks), each writing its
+  // keys' dpse and its dQ partial, with a per-head mask, sink and dropout
+  { Case c; c.N1 = 4; c.N2 = 1; c.S1 = 8; c.S2 = 400; c.mask = kBNSS; c.pse = true; c.sink = true; c.keep_prob = 0.8; c.seed = 21; add(c); }
   // dropout (forward and backward against the reference fed the regenerated mask)
   { Case c; c.layout = "BNSD"; c.B = 2; c.S1 = 70; c.S2 = 100; c.keep_prob = 0.7; c.seed = 11; c.offset = 3; add(c); }
   { Case c; c.S1 = 97; c.S2 = 97; c.mode = 4; c.mask = kTemplate; c.pre = 30; c.next = 0; c.keep_prob = 0.9; c.seed = 5; c.sink = true; add(c); }

@@ -159,10 +159,13 @@ void backward_entry(const FlashAttnBwdParams& p0, const Plan& plan, void* ws_bas
     });
   }
   if (plan.small) {
-    if (plan.compute == flash::Compute::kF64)
+    if (plan.compute == flash::Compute::kF64) {
       run_small_backward<OpsF64>(p, plan, out_kind, ws);
-    else
+      if (plan.bwd_chunks > 1) Backward<OpsF64>::reduce_dq(p, plan, out_kind, ws);
+    } else {
       run_small_backward<OpsF32>(p, plan, out_kind, ws);
+      if (plan.bwd_chunks > 1) Backward<OpsF32>::reduce_dq(p, plan, out_kind, ws);
+    }
   } else
 #if defined(OP_AVX512_BF16)
   if (amx_compute(plan.compute)) {

@@ -84,8 +84,9 @@ int64_t amx_item_bytes(const FlashAttnFwdParams& p, bool bwd, int64_t parts) {
 }  // namespace
 
 // Few query rows: tasks (b, kv head, run of its group's (head, row) pairs) forward and (b, kv
-// head) backward, nothing staged, no partials; the row scratch (and the backward's dK | dV
-// accumulators) per slot.
+// head, chunk of keys) backward, nothing staged; the row scratch (and the backward's dK | dV
+// accumulators of a chunk) per slot. With one chunk no partials; with more, dQ partials
+// (reduce_dq).
 bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, PlanStorage* storage, Plan* plan) {
   plan->small = true;
   plan->convert_in_tasks = false;
@@ -104,6 +105,16 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   }
   const int64_t share = work < kSmallSerialWork ? 1 : threads;
   const int64_t group = std::max<int64_t>(1, p.group);
+  // Backward: a task per (b, kv head) and chunk of keys. dK and dV of a key are one task's, but
+  // with fewer (b, kv head) items than kSmallBwdMinTasks the calls ran on that many threads (one
+  // kv head: one), so their keys are split into up to that many chunks of at least
+  // kSmallBwdChunkKeys, each writing a dQ partial summed in chunk order afterwards. A function of
+  // the shapes, never of the thread count: the sums do not change with it.
+  const int64_t max_skv = longest(p.seqlen_kv, p.batch);
+  if (bwd && work >= kSmallSerialWork && p.batch * p.heads_kv < kSmallBwdMinTasks)
+    plan->bwd_chunks = std::max<int64_t>(1, std::min(ceil_div(kSmallBwdMinTasks, p.batch * p.heads_kv),
+                                                     max_skv / kSmallBwdChunkKeys));
+  const int64_t C = plan->bwd_chunks;
   // Forward: runs of a kv head's pairs short enough for a task per thread (not two: each run
   // reads its kv head's K and V, and one-row GQA decode is bound by those reads; 8 query heads on
   // 2, 2,048 keys, 2 threads: 171-249 against 248-310 us in float32). A row's result does not
@@ -130,7 +141,8 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
       int64_t pairs = 0;
       for (int64_t i = 0; i < sq; ++i) pairs += std::max<int64_t>(0, w.hi(i) - w.lo(i) + 1);
       for (int64_t h = 0; h < p.heads_kv; ++h)
-        tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), 0, 1 + pairs * group + p.rows_kv[b]});
+        for (int64_t c = 0; c < C; ++c)  // every chunk writes its partial, empty or not
+          tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), c, 1 + (pairs * group + p.rows_kv[b]) / C});
     }
   }
   std::stable_sort(tasks->begin(), tasks->end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
@@ -139,10 +151,20 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   plan->slots = std::max<int64_t>(1, std::min<int64_t>(share, plan->num_tasks));
   const int64_t ss = plan->compute == Compute::kF64 ? 8 : 4;
   int64_t slot = small_rows_bytes(p.head_dim, p.head_dim_v, p.max_seqlen_kv, ss, per);
-  if (bwd) slot += (p.max_seqlen_kv * (pad16(p.head_dim) + pad16(p.head_dim_v)) * ss + 63) / 64 * 64;
+  if (bwd) slot += (ceil_div(p.max_seqlen_kv, C) * (pad16(p.head_dim) + pad16(p.head_dim_v)) * ss + 63) / 64 * 64;
   WorkspaceLayout layout;
   plan->slot_bytes = static_cast<uint64_t>(slot);
   plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
+  if (C > 1) {  // [chunk][q row][N1][pad16(D)], as the tile backward's (Plan::bwd_chunks)
+    int64_t rows = 0;
+    if (plan->q_batch_rows > 0) {
+      rows = p.batch * plan->q_batch_rows;
+    } else {
+      for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.q_start[b] + p.rows_q[b]);
+    }
+    plan->dq_rows = rows;
+    plan->dqpart_offset = layout.reserve(static_cast<uint64_t>(C * rows * p.heads_q * pad16(p.head_dim) * ss));
+  }
   plan->dpse_rows = plan->dpse_cols = 0;
   if (bwd && static_cast<const FlashAttnBwdParams&>(p).want_dpse) {
     plan->dpse_rows = p.max_seqlen_q;

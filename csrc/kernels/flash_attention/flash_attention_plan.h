@@ -72,15 +72,16 @@ struct Task {
 // by row, without tiles; below kSmallSerialWork multiply-adds the call stays on one thread.
 // At 5 rows the row kernels' 32-way split dot products keep float32 within the error budget,
 // where the vector score GEMM's one chain per logit was up to 2.4x over it (PyTorch's own GEMM is
-// more accurate below 6 rows). 8, not 5, since the row kernels take keys in blocks (Zen 4, 2
-// threads, docs/decisions.md "Few query rows, third round"): at 6-8 rows they beat the vector
-// tiles (64 rows of padding) 1.6-3.7x forward and fwd+bwd (float32, float16; 32-4096 keys, GQA
-// or not), 1.36x with one kv head. Up to 16 rows they still won with two kv heads or more, but
-// their backward runs a task per (batch, kv head), and with one kv head 15 rows tied or lost.
-// bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate on AMD) keeps 5: at 6-8 rows the
-// row kernels won by less (1.0-1.8x) and not clearly with one kv head.
-constexpr int64_t kSmallRowsQ = 8;
-constexpr int64_t kSmallRowsQBf16Pairs = 5;
+// more accurate below 6 rows). 15, not 5, since the row kernels take keys in blocks and their
+// backward splits the keys of few kv heads (Zen 4, 2 threads, docs/decisions.md "Few query rows,
+// third round"): at 6-16 rows they beat the vector tiles (64 rows of padding) 1.2-3.7x forward
+// and fwd+bwd (float32, float16; 32-4096 keys, 1, 2 or 8 kv heads). From 16 rows on the AMX
+// hosts' float parts take over (kAmxMinRowsQ); on those hosts the row kernels of 6-15 rows are
+// not measured yet (the earlier ones traded places with the vector tiles at 8 rows there; these
+// are 1.6-1.9x faster on Zen 4). bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate
+// on AMD): 8 (1.2-2.4x at 6-8 rows, even at 12 and behind at 16).
+constexpr int64_t kSmallRowsQ = 15;
+constexpr int64_t kSmallRowsQBf16Pairs = 8;
 // bf16 on AMX: the row kernels up to 4 rows only; at 5 rows one 16-row tile beat them 1.3-1.5x
 // forward (128-1024 keys) and 1.1-1.35x backward. And the forward of 2-4 rows takes the tile once
 // rows x keys reach kSmallWorkBf16AmxFwd: one tile's cost hardly grows with the rows, the row
@@ -100,6 +101,12 @@ constexpr int64_t kSmallMaxPairs = 16;
 // They go over the keys kSmallKeys at a time: a block's logits are reduced together and P V keeps
 // a row's accumulators in registers across the block.
 constexpr int64_t kSmallKeys = 16;
+// The backward's key chunks (make_small_plan): up to kSmallBwdMinTasks tasks per call, chunks of
+// at least kSmallBwdChunkKeys keys (with 256, one kv head and 256 keys stayed one task and 12-15
+// rows lost to the tiles; a chunk's own cost, its rows' q / dO loads and dQ partial, is about 1%
+// of 64 keys' work).
+constexpr int64_t kSmallBwdMinTasks = 4;
+constexpr int64_t kSmallBwdChunkKeys = 64;
 
 // Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: a
 // block of kSmallKeys K rows and one of V rows, an O row of pad16(max(D, Dv)) accumulation scalars

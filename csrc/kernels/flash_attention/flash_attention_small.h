@@ -330,17 +330,21 @@ struct Small {
   // ---- backward: every query head of kv head h's group, batch b -----------------------------
   // The group's (head, row) pairs, head-major, kSmallMaxPairs at a time, each run over the union
   // of its rows' windows.
+  // Keys c0 .. c1 - 1 of chunk `chunk` (Plan::bwd_chunks, make_small_plan): their dK and dV, and
+  // the chunk's share of dQ (a partial for reduce_dq when there are several chunks).
   static void backward_kv_head(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, int64_t b, int64_t h,
-                               char* slot, void* ws) {
+                               int64_t chunk, char* slot, void* ws) {
     const int64_t D = p.head_dim, Dv = p.head_dim_v, es = dtype_size(p.dtype), ob = out_elem_bytes(out_kind);
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b], rows = p.rows_q[b];
+    const int64_t C = plan.bwd_chunks, c0 = chunk * skv / C, c1 = (chunk + 1) * skv / C;
     const RowWindow w = flash::row_window(p, sq, skv);
     const int64_t P = plan.small_pairs;
     const Rows r = carve(slot, p, P);
-    // dK | dV accumulators of the kv head's keys, after the row scratch
+    // dK | dV accumulators of the chunk's keys (key j at j - c0), after the row scratch
     S* dkv = reinterpret_cast<S*>(slot + small_rows_bytes(p, P));
     const int64_t Dp = pad16(D), ld = Dp + pad16(Dv);
-    std::memset(dkv, 0, sizeof(S) * static_cast<size_t>(skv * ld));
+    std::memset(dkv, 0, sizeof(S) * static_cast<size_t>((c1 - c0) * ld));
+    S* dqpart = C > 1 ? reinterpret_cast<S*>(static_cast<char*>(ws) + plan.dqpart_offset) : nullptr;
     const S c2 = static_cast<S>(p.scale * kLog2e), sc = static_cast<S>(p.scale);
     LseRef lse{p.lse, p.lse_dtype == OP_DT_DOUBLE};
     LseRef ssum{p.softmax_sum, p.lse_dtype == OP_DT_DOUBLE};
@@ -357,8 +361,8 @@ struct Small {
         const int64_t nk = h * p.group + k / rows, ik = k % rows;
         char* dqk = static_cast<char*>(p.dq) +
                     (b * p.dq_batch_stride + (p.q_start[b] + ik) * p.dq_row_stride + nk * p.dq_head_stride) * ob;
-        if (ik >= sq || skv == 0) {
-          zero_row(out_kind, dqk, D);
+        if (ik >= sq || skv == 0) {  // with chunks, reduce_dq writes these zeros
+          if (C == 1) zero_row(out_kind, dqk, D);
           continue;
         }
         n[np] = nk;
@@ -377,8 +381,8 @@ struct Small {
             (p.softmax_sum ? Backward<Ops>::lse_of_stats(lse.get(li), ssum.get(li)) : lse.get(li)) * kLog2e);
         delta[np] = dot(dout, r.o, Dv);
         for (int64_t c = 0; c < D; ++c) r.acc[np * r.ld + c] = S(0);
-        lok[np] = w.lo(ik);
-        hik[np] = w.hi(ik);
+        lok[np] = imax(w.lo(ik), c0);  // the window's keys in the chunk
+        hik[np] = imin(w.hi(ik), c1 - 1);
         if (lok[np] <= hik[np]) {
           lo = imin(lo, lok[np]);
           hi = imax(hi, hik[np]);
@@ -415,7 +419,7 @@ struct Small {
           axpys<false>(dsk, static_cast<int>(e - a + 1), kb + (a - j0) * ks, ks, r.acc + k * r.ld, D);  // dQ
         }
         for (int t = 0; t < nk; ++t) {  // dK (scaled when written) and dV, over the pairs in order
-          S* dkj = dkv + (j0 + t) * ld;
+          S* dkj = dkv + (j0 + t - c0) * ld;
           if (whole) {
             axpys<false>(dst[t], static_cast<int>(np), r.q, r.ld, dkj, D);
             axpys<false>(pzt[t], static_cast<int>(np), r.dout, r.ld, dkj + Dp, Dv);
@@ -428,19 +432,26 @@ struct Small {
           }
         }
       }
-      for (int64_t k = 0; k < np; ++k) store_row<S, Ops::kNativeBf16>(out_kind, r.acc + k * r.ld, dq[k], D, sc, r.tmp);
+      for (int64_t k = 0; k < np; ++k) {
+        if (C == 1) {
+          store_row<S, Ops::kNativeBf16>(out_kind, r.acc + k * r.ld, dq[k], D, sc, r.tmp);
+          continue;
+        }
+        S* part = dqpart + ((chunk * plan.dq_rows + b * plan.q_batch_rows + p.q_start[b] + i[k]) * p.heads_q + n[k]) * Dp;
+        std::memcpy(part, r.acc + k * r.ld, sizeof(S) * static_cast<size_t>(D));
+      }
     }
     char* dk = static_cast<char*>(p.dk) + (b * p.dk_batch_stride + p.kv_start[b] * p.dk_row_stride + h * p.dk_head_stride) * ob;
     char* dv = static_cast<char*>(p.dv) + (b * p.dv_batch_stride + p.kv_start[b] * p.dv_row_stride + h * p.dv_head_stride) * ob;
-    for (int64_t j = 0; j < p.rows_kv[b]; ++j) {
-      if (j >= skv) {
+    for (int64_t j = c0; j < c1; ++j) {
+      store_row<S, Ops::kNativeBf16>(out_kind, dkv + (j - c0) * ld, dk + j * p.dk_row_stride * ob, D, sc, r.tmp);
+      store_row<S, Ops::kNativeBf16>(out_kind, dkv + (j - c0) * ld + Dp, dv + j * p.dv_row_stride * ob, Dv, S(1), r.tmp);
+    }
+    if (chunk == C - 1)  // rows past seqused_kv
+      for (int64_t j = skv; j < p.rows_kv[b]; ++j) {
         zero_row(out_kind, dk + j * p.dk_row_stride * ob, D);
         zero_row(out_kind, dv + j * p.dv_row_stride * ob, Dv);
-        continue;
       }
-      store_row<S, Ops::kNativeBf16>(out_kind, dkv + j * ld, dk + j * p.dk_row_stride * ob, D, sc, r.tmp);
-      store_row<S, Ops::kNativeBf16>(out_kind, dkv + j * ld + Dp, dv + j * p.dv_row_stride * ob, Dv, S(1), r.tmp);
-    }
   }
 
   // Bytes of the row scratch (carve); the backward's dK | dV accumulators follow it.
@@ -450,8 +461,8 @@ struct Small {
 };
 
 // Runs the small-query path of the plan (Plan::small): forward tasks (b, kv head, first pair),
-// backward tasks (b, kv head); on the calling thread when the plan says the work is too small to
-// share.
+// backward tasks (b, kv head, chunk of keys); on the calling thread when the plan says the work
+// is too small to share. With several chunks the caller sums the dQ partials (reduce_dq).
 template <class Ops>
 void run_small_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
   run_tasks(plan, ws, [&](const Task& t, char* slot) {
@@ -461,7 +472,7 @@ void run_small_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, 
 template <class Ops>
 void run_small_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws) {
   run_tasks(plan, ws, [&](const Task& t, char* slot) {
-    Small<Ops>::backward_kv_head(p, plan, out_kind, t.b, t.n, slot, ws);
+    Small<Ops>::backward_kv_head(p, plan, out_kind, t.b, t.n, t.i0, slot, ws);
   });
 }
 
