@@ -81,6 +81,20 @@ int64_t amx_item_bytes(const FlashAttnFwdParams& p, bool bwd, int64_t parts) {
   return parts * (kv + group * q) * 2 + group * amx_rows(max_sq) * 8;
 }
 
+// The backward's dQ partials of Plan::bwd_chunks key chunks, [chunk][q row][N1][pad16(D)]
+// scalars of ss bytes (reduce_dq sums them).
+void reserve_dq_partials(const FlashAttnFwdParams& p, int64_t ss, WorkspaceLayout* layout, Plan* plan) {
+  int64_t rows = 0;
+  if (plan->q_batch_rows > 0) {
+    rows = p.batch * plan->q_batch_rows;
+  } else {
+    for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.q_start[b] + p.rows_q[b]);
+  }
+  plan->dq_rows = rows;
+  plan->dqpart_offset =
+      layout->reserve(static_cast<uint64_t>(plan->bwd_chunks * rows * p.heads_q * pad16(p.head_dim) * ss));
+}
+
 }  // namespace
 
 // Few query rows: tasks (b, kv head, run of its group's (head, row) pairs) forward and (b, kv
@@ -155,16 +169,7 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   WorkspaceLayout layout;
   plan->slot_bytes = static_cast<uint64_t>(slot);
   plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
-  if (C > 1) {  // [chunk][q row][N1][pad16(D)], as the tile backward's (Plan::bwd_chunks)
-    int64_t rows = 0;
-    if (plan->q_batch_rows > 0) {
-      rows = p.batch * plan->q_batch_rows;
-    } else {
-      for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.q_start[b] + p.rows_q[b]);
-    }
-    plan->dq_rows = rows;
-    plan->dqpart_offset = layout.reserve(static_cast<uint64_t>(C * rows * p.heads_q * pad16(p.head_dim) * ss));
-  }
+  if (C > 1) reserve_dq_partials(p, ss, &layout, plan);
   plan->dpse_rows = plan->dpse_cols = 0;
   if (bwd && static_cast<const FlashAttnBwdParams&>(p).want_dpse) {
     plan->dpse_rows = p.max_seqlen_q;
@@ -453,17 +458,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
     plan->vpanel_offset = layout.reserve(static_cast<uint64_t>(parts) * rows * Dvp * 2);
   }
   plan->dq_rows = 0;
-  if (bwd && plan->bwd_chunks > 1) {
-    int64_t rows = 0;
-    if (plan->q_batch_rows > 0) {
-      rows = p.batch * plan->q_batch_rows;
-    } else {
-      for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.q_start[b] + p.rows_q[b]);
-    }
-    plan->dq_rows = rows;
-    plan->dqpart_offset =
-        layout.reserve(static_cast<uint64_t>(plan->bwd_chunks * rows * p.heads_q * Dp * ss));
-  }
+  if (bwd && plan->bwd_chunks > 1) reserve_dq_partials(p, ss, &layout, plan);
   plan->partial_rows = 0;
   if (bwd && p.group > plan->bwd_task_heads) {
     int64_t rows = 0;

@@ -6,16 +6,19 @@
 // all there is (measured: about 8 us per head forward and 35 us backward at one row and 16 keys).
 // Here each query row is computed on its own, vectors running along the head dimension, and the
 // rows of a kv head's group, up to kSmallMaxPairs (head, row) pairs, go over the keys together,
-// so that each K / V row is read (and converted) once for all of them:
+// kSmallKeys keys at a time, so that each K / V row is read (and converted) once for all of them:
+// a row's dot products with a block's keys are reduced together (Ops::hsums), and its O / dQ (or a
+// key's dK / dV) stay in registers across the block (axpys):
 //   forward:  one task per (b, kv head, run of pairs): s_j = c2 q.k_j (+ bias) over each row's
 //             window, then m, l and out = sum_j 2^(s_j - m) v_j / l
-//   backward: one task per (b, kv head), over the query heads of its group and their rows, so that
-//             dK and dV accumulate in a fixed order with no partials: P_j = 2^(s_j - lse2),
-//             dP_j = dO.v_j, dS_j = P_j (dP_j - Delta); dQ = scale sum_j dS_j k_j,
-//             dK_j += scale dS_j q, dV_j += P_j dO
+//   backward: one task per (b, kv head, chunk of keys; one chunk unless the kv heads are few),
+//             over the query heads of its group and their rows, so that dK and dV accumulate in
+//             a fixed order with no partials: P_j = 2^(s_j - lse2), dP_j = dO.v_j,
+//             dS_j = P_j (dP_j - Delta); dQ = scale sum_j dS_j k_j (a partial per chunk, summed
+//             in chunk order by reduce_dq), dK_j += scale dS_j q, dV_j += P_j dO
 // Every sum runs in the same order whichever rows share a pass (a row's logits, its exp sum and
 // its O over ascending keys; dK_j and dV_j over the pairs in head-major order), so a row's result
-// does not depend on the run it is in.
+// does not depend on the run it is in,
 // with every feature of the tile loops (windows, seqused, TND, GQA, sinks, swa's pse, full mask,
 // dropout and statistics) and their conventions for empty rows. Rows are converted to the
 // accumulation type S (float; double for double inputs) as they are read.
@@ -327,11 +330,10 @@ struct Small {
                                          r.acc + k * r.ld, 0, r.tmp);
   }
 
-  // ---- backward: every query head of kv head h's group, batch b -----------------------------
+  // ---- backward: every query head of kv head h's group, batch b, keys c0 .. c1 - 1 ----------
   // The group's (head, row) pairs, head-major, kSmallMaxPairs at a time, each run over the union
-  // of its rows' windows.
-  // Keys c0 .. c1 - 1 of chunk `chunk` (Plan::bwd_chunks, make_small_plan): their dK and dV, and
-  // the chunk's share of dQ (a partial for reduce_dq when there are several chunks).
+  // of its rows' windows within chunk `chunk` (Plan::bwd_chunks, make_small_plan): the chunk's
+  // dK and dV, and its share of dQ (a partial for reduce_dq when there are several chunks).
   static void backward_kv_head(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, int64_t b, int64_t h,
                                int64_t chunk, char* slot, void* ws) {
     const int64_t D = p.head_dim, Dv = p.head_dim_v, es = dtype_size(p.dtype), ob = out_elem_bytes(out_kind);
