@@ -81,15 +81,19 @@ int64_t amx_item_bytes(const FlashAttnFwdParams& p, bool bwd, int64_t parts) {
   return parts * (kv + group * q) * 2 + group * amx_rows(max_sq) * 8;
 }
 
+// Rows of a buffer indexed like the q (or kv) tensor: batch x batch_rows when padded, else up to
+// the last TND row.
+int64_t tensor_rows(int64_t batch, int64_t batch_rows, const int64_t* start, const int64_t* rows) {
+  if (batch_rows > 0) return batch * batch_rows;
+  int64_t n = 0;
+  for (int64_t b = 0; b < batch; ++b) n = std::max(n, start[b] + rows[b]);
+  return n;
+}
+
 // The backward's dQ partials of Plan::bwd_chunks key chunks, [chunk][q row][N1][pad16(D)]
 // scalars of ss bytes (reduce_dq sums them).
 void reserve_dq_partials(const FlashAttnFwdParams& p, int64_t ss, WorkspaceLayout* layout, Plan* plan) {
-  int64_t rows = 0;
-  if (plan->q_batch_rows > 0) {
-    rows = p.batch * plan->q_batch_rows;
-  } else {
-    for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.q_start[b] + p.rows_q[b]);
-  }
+  const int64_t rows = tensor_rows(p.batch, plan->q_batch_rows, p.q_start, p.rows_q);
   plan->dq_rows = rows;
   plan->dqpart_offset =
       layout->reserve(static_cast<uint64_t>(plan->bwd_chunks * rows * p.heads_q * pad16(p.head_dim) * ss));
@@ -461,12 +465,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
   if (bwd && plan->bwd_chunks > 1) reserve_dq_partials(p, ss, &layout, plan);
   plan->partial_rows = 0;
   if (bwd && p.group > plan->bwd_task_heads) {
-    int64_t rows = 0;
-    if (plan->kv_batch_rows > 0) {
-      rows = p.batch * plan->kv_batch_rows;
-    } else {
-      for (int64_t b = 0; b < p.batch; ++b) rows = std::max(rows, p.kv_start[b] + p.rows_kv[b]);
-    }
+    const int64_t rows = tensor_rows(p.batch, plan->kv_batch_rows, p.kv_start, p.rows_kv);
     plan->partial_rows = rows;
     plan->partial_offset =
         layout.reserve(static_cast<uint64_t>(rows * (p.heads_q / plan->bwd_task_heads) * (Dp + Dvp) * ss));
