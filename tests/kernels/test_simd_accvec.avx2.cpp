@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/common/gemm_ukernel.h"
 #include "kernels/common/simd.h"
 
 static int g_pass = 0, g_fail = 0;

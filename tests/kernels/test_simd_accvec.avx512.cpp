@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "avx512_test_main.h"
+#include "kernels/common/gemm_ukernel.h"
 #include "kernels/common/simd.h"
 #include "op_plugin/isa.h"
 

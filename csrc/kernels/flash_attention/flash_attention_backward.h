@@ -223,10 +223,8 @@ struct Backward {
           const int64_t row_hi = i0 + nr - 1;  // lanes past it are zeroed
           {
             OP_PROFILE_SCOPE(kGemm);
-            gemm<Ops>(ncq, Br, (D + KP - 1) / KP, kt, k_ld, KP, qt + i0 * KP, S1p * KP, sc, Br, nullptr,
-                    kOverwrite);
-            gemm<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, v_ld, KP, dot + i0 * KP, S1p * KP, dp, Br, nullptr,
-                      kOverwrite);
+            gemm_dots<Ops>(ncq, Br, (D + KP - 1) / KP, kt, k_ld, KP, qt + i0 * KP, S1p * KP, sc, Br);
+            gemm_dots<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, v_ld, KP, dot + i0 * KP, S1p * KP, dp, Br);
           }
           if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, ncq, c2, bias, mt);
           // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)

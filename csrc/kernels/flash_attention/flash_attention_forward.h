@@ -128,8 +128,8 @@ struct Forward {
       for (int iv = 0, done = 0; iv < NVQ; ++iv) {
         if (ncv[iv] <= done) continue;
         OP_PROFILE_SCOPE(kGemm);
-        gemm<Ops>(ncv[iv] - done, Br - iv * W, (D + KP - 1) / KP, kt + done * k_ld, k_ld, KP, qt + iv * W * KP,
-                  Br * KP, sc + done * Br + iv * W, Br, nullptr, kOverwrite);
+        gemm_dots<Ops>(ncv[iv] - done, Br - iv * W, (D + KP - 1) / KP, kt + done * k_ld, k_ld, KP,
+                       qt + iv * W * KP, Br * KP, sc + done * Br + iv * W, Br);
         done = static_cast<int>(ncv[iv]);
       }
       if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias, mt);
