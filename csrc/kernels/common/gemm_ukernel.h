@@ -7,7 +7,8 @@
 //     forces its packing format, while here the operand formats are chosen so that most
 //     operands are read in place (keys, values and Q/dO rows straight from the user tensors).
 //   * Determinism and bitwise equality for any thread count need a fixed summation order per
-//     output element; our kernels have exactly one (k ascending, one accumulator per element).
+//     output element; our kernels have exactly one (k ascending, one accumulator per element,
+//     or per block of k for gemm_dots).
 //   * The kernel library must stay torch-free and dependency-free (one compiler, no runtime
 //     JIT, no extra wheel); the AVX-512 / AVX2 / baseline variants are three instantiations of
 //     the template below, selected once at run time.
