@@ -509,6 +509,9 @@ static std::vector<Case> cases() {
   { Case c; c.B = 3; c.S1 = 3; c.S2 = 50; c.used_q = {3, 0, 1}; c.used_kv = {50, 20, 0}; c.mode = 3; add(c); }
   { Case c; c.layout = "TND"; c.lq = {1, 0, 4, 2}; c.lkv = {7, 3, 64, 0}; c.N1 = 4; c.N2 = 1; c.mode = 4; c.wl = 5; c.wr = 2; add(c); }
   { Case c; c.layout = "BNSD"; c.S1 = 1; c.S2 = 130; c.N1 = 2; c.N2 = 2; c.D = 128; c.Dv = 128; c.sinks = true; add(c); }
+  // head dims past the registers' chunks (dots_pieces: AVX2 8 at a time, 25 and 17 of them; AVX-512
+  // 12 and a tail)
+  { Case c; c.S1 = 3; c.S2 = 70; c.N1 = 4; c.N2 = 2; c.D = 200; c.Dv = 136; c.mode = 3; add(c); }
   // a kv head's rows together: 5 rows of 8 query heads on one (40 pairs: the backward's passes of
   // 16) under disjoint one-key windows; 6 heads on 2 with causal windows of 5 distinct ends, sinks
   { Case c; c.S1 = 5; c.S2 = 90; c.N1 = 8; c.N2 = 1; c.mode = 4; c.wl = 0; c.wr = 0; add(c); }

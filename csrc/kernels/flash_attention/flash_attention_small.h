@@ -105,11 +105,8 @@ struct Small {
       case 6: return dots_n<6>(a, b, bs, nk, n, x);
       case 7: return dots_n<7>(a, b, bs, nk, n, x);
       case 8: return dots_n<8>(a, b, bs, nk, n, x);
-      default: break;
+      default: return dots_pieces(a, b, bs, nk, n, x);
     }
-    V part[kKeys];
-    for (int t = 0; t < nk; ++t) part[t] = dot_part(a, b + t * bs, n);
-    reduce_dots(part, a, b, bs, nk, n, x);
   }
   // dots with a's NC = n / W whole chunks loaded once (dot_part loaded them again for every key,
   // and on Zen 4 those loads, not the multiplies, bounded the logits), same sums.
@@ -129,6 +126,48 @@ struct Small {
       part[t] = Ops::add(acc0, acc1);
     }
     reduce_dots(part, a, b, bs, nk, n, x);
+  }
+  // dots with more chunks than dots_n holds (AVX2 at D > 64): a's chunks held 8 at a time, each
+  // key's two partial sums carried from one piece to the next, so the sums are dot_part's in its
+  // order. dot_part loaded a's chunk again for every key, two loads a multiply-add: at D = 128 on
+  // Zen 3 dots took 35% of a 12-row float32 forward, and these pieces made it 12% faster.
+  static void dots_pieces(const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+    const int nc = static_cast<int>(n / W);
+    V even[kKeys], odd[kKeys];
+    for (int t = 0; t < nk; ++t) even[t] = odd[t] = Ops::zero();
+    for (int c0 = 0; c0 < nc; c0 += 8) {  // pieces start at even chunks: the parity is dot_part's
+      const S* ap = a + c0 * W;
+      const S* bp = b + c0 * W;
+      switch (imin(8, nc - c0)) {
+        case 8: dots_piece<8>(ap, bp, bs, nk, even, odd); break;
+        case 7: dots_piece<7>(ap, bp, bs, nk, even, odd); break;
+        case 6: dots_piece<6>(ap, bp, bs, nk, even, odd); break;
+        case 5: dots_piece<5>(ap, bp, bs, nk, even, odd); break;
+        case 4: dots_piece<4>(ap, bp, bs, nk, even, odd); break;
+        case 3: dots_piece<3>(ap, bp, bs, nk, even, odd); break;
+        case 2: dots_piece<2>(ap, bp, bs, nk, even, odd); break;
+        default: dots_piece<1>(ap, bp, bs, nk, even, odd); break;
+      }
+    }
+    V part[kKeys];
+    for (int t = 0; t < nk; ++t) part[t] = Ops::add(even[t], odd[t]);
+    reduce_dots(part, a, b, bs, nk, n, x);
+  }
+  template <int PC>
+  static void dots_piece(const S* a, const S* b, int64_t bs, int nk, V* even, V* odd) {
+    V av[PC];
+    for (int c = 0; c < PC; ++c) av[c] = Ops::loadc(a + c * W);
+    for (int t = 0; t < nk; ++t) {
+      const S* bt = b + t * bs;
+      V acc0 = even[t], acc1 = odd[t];
+      for (int c = 0; c + 1 < PC; c += 2) {
+        acc0 = Ops::add(acc0, Ops::mul(av[c], Ops::loadc(bt + c * W)));
+        acc1 = Ops::add(acc1, Ops::mul(av[c + 1], Ops::loadc(bt + (c + 1) * W)));
+      }
+      if (PC % 2) acc0 = Ops::add(acc0, Ops::mul(av[PC - 1], Ops::loadc(bt + (PC - 1) * W)));
+      even[t] = acc0;
+      odd[t] = acc1;
+    }
   }
   static void reduce_dots(V* part, const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
     for (int t = nk; t < kKeys; ++t) part[t] = Ops::zero();
