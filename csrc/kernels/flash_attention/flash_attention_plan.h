@@ -78,7 +78,8 @@ struct Task {
 // and fwd+bwd (float32, float16; 32-4096 keys, 1, 2 or 8 kv heads). From 16 rows on the AMX
 // hosts' float parts take over (kAmxMinRowsQ); on those hosts the row kernels of 6-15 rows are
 // not measured yet (the earlier ones traded places with the vector tiles at 8 rows there; these
-// are 1.6-1.9x faster on Zen 4). bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate
+// are 1.6-1.9x faster on Zen 4). At avx2 (Zen 3) they beat the tiles 1.35-4.4x at 4-15 rows,
+// float32 and bf16 (docs/benchmarks.md, Zen 3 section). bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate
 // on AMD): 8 (1.2-2.4x at 6-8 rows, even at 12 and behind at 16).
 constexpr int64_t kSmallRowsQ = 15;
 constexpr int64_t kSmallRowsQBf16Pairs = 8;
