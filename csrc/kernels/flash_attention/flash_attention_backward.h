@@ -41,7 +41,6 @@ struct Backward {
   static constexpr int KP = Ops::KP;
   static constexpr int64_t Br = kBlockQ;
   static constexpr int64_t Bc = kBlockKV;
-  static constexpr int NVQ = static_cast<int>(Br / W);
 
   template <int kFeat>
   static void task(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* workspace, const Task& t,
@@ -214,6 +213,9 @@ struct Backward {
         // so a window of W keys costs ceil((W + Bc) / Br) tiles per key tile.
         for (int64_t i0 = ilo & ~int64_t(1); i0 <= ihi; i0 += Br) {
           const int64_t nr = imin(Br, ihi + 1 - i0);
+          // Lane groups holding the tile's rows: a tile of fewer than Br rows computes only these
+          // score columns (the lanes past nr in the last one are masked).
+          const int nvq = static_cast<int>((nr + W - 1) / W);
           // Keys of the tile that some row of this query tile can see: the rest (the far side of
           // the diagonal for the first query tile under causal) has P = dS = 0 and is skipped in
           // all five GEMMs. bf16: whole key pairs.
@@ -223,8 +225,8 @@ struct Backward {
           const int64_t row_hi = i0 + nr - 1;  // lanes past it are zeroed
           {
             OP_PROFILE_SCOPE(kGemm);
-            gemm_dots<Ops>(ncq, Br, (D + KP - 1) / KP, kt, k_ld, KP, qt + i0 * KP, S1p * KP, sc, Br);
-            gemm_dots<Ops>(ncq, Br, (Dv + KP - 1) / KP, vt, v_ld, KP, dot + i0 * KP, S1p * KP, dp, Br);
+            gemm_dots<Ops>(ncq, nvq * W, (D + KP - 1) / KP, kt, k_ld, KP, qt + i0 * KP, S1p * KP, sc, Br);
+            gemm_dots<Ops>(ncq, nvq * W, (Dv + KP - 1) / KP, vt, v_ld, KP, dot + i0 * KP, S1p * KP, dp, Br);
           }
           if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, nr, j0, ncq, c2, bias, mt);
           // P^T = 2^(S^T c2 - lse2), dS^T = P^T (dP^T - D)
@@ -239,7 +241,7 @@ struct Backward {
               const bool has1 = j + 1 < ncq;
               const int64_t flo0 = w.first_row(j0 + j), fhi0 = imin(w.last_row(j0 + j), row_hi);
               const int64_t flo1 = w.first_row(j0 + j + 1), fhi1 = imin(w.last_row(j0 + j + 1), row_hi);
-              for (int iv = 0; iv < NVQ; ++iv) {
+              for (int iv = 0; iv < nvq; ++iv) {
                 const int64_t base = i0 + iv * W;
                 const V l2 = Ops::loadc(lse2 + base);
                 const V dl = Ops::loadc(delta + base);
@@ -275,7 +277,7 @@ struct Backward {
           for (int64_t j = 0; j < ncq; ++j) {
             const int64_t flo = w.first_row(j0 + j);
             const int64_t fhi = imin(w.last_row(j0 + j), row_hi);
-            for (int iv = 0; iv < NVQ; ++iv) {
+            for (int iv = 0; iv < nvq; ++iv) {
               const int64_t base = i0 + iv * W;
               V x = Ops::mul(Ops::loadc(sc + j * Br + iv * W), Ops::set1(c2));
               if constexpr ((kFeat & kFeatBias) != 0) x = Ops::add(x, Ops::loadc(bias + j * Br + iv * W));
@@ -290,10 +292,10 @@ struct Backward {
             }
           }
           }
-          if (dpse) {  // scale * dS of the rows of this tile, transposed into [i][j]
+          if (dpse) {  // scale * dS of the rows of this tile, transposed into [i][j]; 0 past nr
             for (int64_t i = 0; i < imin(Br, sq - i0); ++i)
               for (int64_t j = 0; j < ncq; ++j)
-                dpse[(i0 + i) * plan.dpse_cols + j0 + j] = dp[j * Br + i] * sc_out;
+                dpse[(i0 + i) * plan.dpse_cols + j0 + j] = i < nr ? dp[j * Br + i] * sc_out : S(0);
           }
           if (!pairs) {
             OP_PROFILE_SCOPE(kGemm);

@@ -45,6 +45,9 @@ struct Forward {
     const int64_t Dvp = pad16(Dv);
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
     const int64_t rows = imin(Br, sq - i0);
+    // Lane groups holding the block's rows: a block of fewer than Br rows (the last of a sequence,
+    // a short call) computes and normalises only these score columns, not Br.
+    const int nvq = static_cast<int>((rows + W - 1) / W);
     const RowWindow w = flash::row_window(p, sq, skv);
 
     Carve c{slot};
@@ -92,7 +95,7 @@ struct Forward {
       m[i] = m0;
       l[i] = sink ? S(1) : S(0);
     }
-    for (int64_t i = 0; i < Br * Dvp; ++i) acc[i] = S(0);
+    for (int64_t i = 0; i < rows * Dvp; ++i) acc[i] = S(0);
 
     // bf16: key tiles start at even keys so that they line up with the staged key-row pairs
     // (an extra key in front is masked: no row of the block can see it).
@@ -110,7 +113,7 @@ struct Forward {
       // invisible to the earlier rows (P = 0), so neither S^T nor P V computes them there.
       // Non-decreasing in iv; all nc away from the right edge. bf16: whole key pairs.
       int64_t ncv[NVQ];
-      for (int iv = 0; iv < NVQ; ++iv) {
+      for (int iv = 0; iv < nvq; ++iv) {
         const int64_t last = i0 + imin(rows, static_cast<int64_t>(iv + 1) * W) - 1;
         int64_t x = imax(0, imin(nc, w.hi(last) + 1 - j0));
         if (KP == 2) x = imin(nc, (x + 1) & ~int64_t(1));
@@ -125,16 +128,16 @@ struct Forward {
         vt = task_rows<T>(convert, p.v, p.dtype, v_off + j0 * p.v_row_stride, p.v_row_stride, nc, Dv, vrows, &v_ld);
       }
       // S^T[j][i] = K[j0 + j, :] . Q[i0 + i, :]: keys [ncv[iv-1], ncv[iv]) for lanes iv*W.. only
-      for (int iv = 0, done = 0; iv < NVQ; ++iv) {
+      for (int iv = 0, done = 0; iv < nvq; ++iv) {
         if (ncv[iv] <= done) continue;
         OP_PROFILE_SCOPE(kGemm);
-        gemm_dots<Ops>(ncv[iv] - done, Br - iv * W, (D + KP - 1) / KP, kt + done * k_ld, k_ld, KP,
+        gemm_dots<Ops>(ncv[iv] - done, (nvq - iv) * W, (D + KP - 1) / KP, kt + done * k_ld, k_ld, KP,
                        qt + iv * W * KP, Br * KP, sc + done * Br + iv * W, Br);
         done = static_cast<int>(ncv[iv]);
       }
       if constexpr ((kFeat & kFeatBias) != 0) build_bias<S>(p, b, n, i0, rows, j0, nc, c2, bias, mt);
       // Online softmax, lane-wise over query rows.
-      for (int iv = 0; iv < NVQ; ++iv) {
+      for (int iv = 0; iv < nvq; ++iv) {
         OP_PROFILE_SCOPE(kSoftmax);
         const int64_t base = i0 + iv * W;
         V mx = Ops::set1(static_cast<S>(-INFINITY));
@@ -180,9 +183,9 @@ struct Forward {
       }
       // O = alpha O + P V over the rows of lane groups that see the same keys (one call away
       // from the right edge).
-      for (int iv = 0; iv < NVQ;) {
+      for (int iv = 0; iv < nvq;) {
         int ive = iv + 1;
-        while (ive < NVQ && ncv[ive] == ncv[iv]) ++ive;
+        while (ive < nvq && ncv[ive] == ncv[iv]) ++ive;
         const int64_t r0 = iv * W, r1 = imin(rows, static_cast<int64_t>(ive) * W);
         if (r0 >= rows) break;
         const int64_t kc = ncv[iv];
