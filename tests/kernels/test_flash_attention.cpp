@@ -516,13 +516,20 @@ static std::vector<Case> cases() {
   // 16) under disjoint one-key windows; 6 heads on 2 with causal windows of 5 distinct ends, sinks
   { Case c; c.S1 = 5; c.S2 = 90; c.N1 = 8; c.N2 = 1; c.mode = 4; c.wl = 0; c.wr = 0; add(c); }
   { Case c; c.layout = "TND"; c.lq = {5, 2, 5}; c.lkv = {300, 0, 17}; c.N1 = 6; c.N2 = 2; c.D = 128; c.Dv = 64; c.mode = 3; c.sinks = true; add(c); }
-  // 6-15 rows (kSmallRowsQ) with fewer kv heads than kSmallBwdMinTasks: the backward splits the
-  // keys into chunks and sums their dQ partials. A window that leaves the first chunks without
-  // keys for every row; TND where one sequence has fewer keys than chunks, sinks; seqused_kv
-  // (zero dK / dV rows from the last chunk) with D and Dv off the vector width
+  // 6-11 rows (the row kernels at every level: kSmallRowsQAvx2) with fewer kv heads than
+  // kSmallBwdMinTasks: the backward splits the keys into chunks and sums their dQ partials. A window
+  // that leaves the first chunks without keys for every row; TND where one sequence has fewer keys
+  // than chunks, sinks; seqused_kv (zero dK / dV rows from the last chunk) with D and Dv off the
+  // vector width
   { Case c; c.S1 = 8; c.S2 = 520; c.N1 = 8; c.N2 = 1; c.D = 64; c.Dv = 64; c.mode = 4; c.wl = 100; c.wr = 0; add(c); }
-  { Case c; c.layout = "TND"; c.lq = {15, 3}; c.lkv = {700, 2}; c.N1 = 4; c.N2 = 1; c.mode = 3; c.sinks = true; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {11, 3}; c.lkv = {700, 2}; c.N1 = 4; c.N2 = 1; c.mode = 3; c.sinks = true; add(c); }
   { Case c; c.S1 = 6; c.S2 = 300; c.used_q = {6}; c.used_kv = {200}; c.N1 = 3; c.N2 = 1; c.D = 40; c.Dv = 24; add(c); }
+  // 12-24 rows of a few kv heads on the vector tiles (the row kernels at the AVX-512 levels up to 15):
+  // blocks of fewer rows than a tile, and a backward that splits keys rather than the GQA group
+  // (its dQ partials are the smaller): a window leaving the first chunks without rows, TND with
+  // one sequence of fewer keys than chunks
+  { Case c; c.S1 = 24; c.S2 = 600; c.N1 = 4; c.N2 = 1; c.mode = 4; c.wl = 50; c.wr = 0; c.D = 64; c.Dv = 48; add(c); }
+  { Case c; c.layout = "TND"; c.lq = {12, 20}; c.lkv = {400, 3}; c.N1 = 8; c.N2 = 2; c.mode = 3; c.sinks = true; add(c); }
   // 2-4 rows against enough keys that a bf16 forward on AMX takes one tile (kSmallWorkBf16AmxFwd)
   // and its backward the row kernels: TND with empty sequences, a window, sinks, GQA
   { Case c; c.layout = "TND"; c.lq = {3, 0, 4, 1}; c.lkv = {200, 5, 130, 0}; c.N1 = 4; c.N2 = 2; c.mode = 4; c.wl = 90; c.wr = 2; c.sinks = true; add(c); }

@@ -78,10 +78,16 @@ struct Task {
 // and fwd+bwd (float32, float16; 32-4096 keys, 1, 2 or 8 kv heads). From 16 rows on the AMX
 // hosts' float parts take over (kAmxMinRowsQ); on those hosts the row kernels of 6-15 rows are
 // not measured yet (the earlier ones traded places with the vector tiles at 8 rows there; these
-// are 1.6-1.9x faster on Zen 4). At avx2 (Zen 3) they beat the tiles 1.35-4.4x at 4-15 rows,
-// float32 and bf16 (docs/benchmarks.md, Zen 3 section). bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate
+// are 1.6-1.9x faster on Zen 4). bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate
 // on AMD): 8 (1.2-2.4x at 6-8 rows, even at 12 and behind at 16).
+// avx2 and baseline: 11. Since the vector tiles compute only the lane groups of their rows and the
+// backward of few rows splits keys rather than a GQA group (2026-12-07), the tiles beat the row
+// kernels from 12 rows at avx2 (Zen 3, float32, float16, bf16, 512-2,048 keys, 1-8 kv heads, one
+// and two threads: 0.56-1.09 of their time forward, 0.60-0.96 fwd+bwd at 12-15 rows; mixed at
+// 8-10, 0.70-1.35). The AVX-512 levels keep 15 until they are measured with those changes
+// (docs/decisions.md, "Few query rows, fourth round").
 constexpr int64_t kSmallRowsQ = 15;
+constexpr int64_t kSmallRowsQAvx2 = 11;
 constexpr int64_t kSmallRowsQBf16Pairs = 8;
 // bf16 on AMX: the row kernels up to 4 rows only; at 5 rows one 16-row tile beat them 1.3-1.5x
 // forward (128-1024 keys) and 1.1-1.35x backward. And the forward of 2-4 rows takes the tile once
