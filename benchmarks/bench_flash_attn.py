@@ -6,10 +6,10 @@ bottom-right agree and SDPA may use its flash backend); and the sliding window S
 W=512 (mask_mode 4, win_left=511, win_right=0), D=64, against SDPA with an explicit boolean band
 mask. op_plugin runs in BNSD, SDPA's own layout, so neither side transposes.
 
-Few query rows (speculative decode, 2026-12-06): Sq = 1, 4, 5 and 12 against Skv = 2048 keys of 2
-kv heads (8 query heads, D=128), float32 and bfloat16, forward (and forward+backward at Sq = 4 and
-12), against SDPA with enable_gqa; memory bound at one row, so their throughput is K and V's bytes
-read per second against the machine's copy bandwidth.
+Few query rows (speculative decode, 2026-12-06; chunked prefill, 2026-12-07): Sq = 1, 4, 5, 12 and
+32 against Skv = 2048 keys of 2 kv heads (8 query heads, D=128), float32 and bfloat16, forward (and
+forward+backward at Sq = 4, 12 and 32), against SDPA with enable_gqa; memory bound at one row, so
+their throughput is K and V's bytes read per second against the machine's copy bandwidth.
 
 Figures: median time of each and their ratio, op_plugin's useful GFLOP/s (only the allowed
 (query, key) pairs count: 4*D per pair forward, 2.5x that backward, the usual flash attention
@@ -115,7 +115,8 @@ def few_rows(quick: bool = False) -> list[dict[str, object]]:
     for name in WINDOW_DTYPES:
         dtype = DTYPES[name]
         k, v = (torch.randn(B, N2, Skv, D, generator=g).to(dtype) for _ in range(2))
-        for sq, backward in ((1, False), (4, False), (5, False), (12, False), (4, True), (12, True)):
+        for sq, backward in ((1, False), (4, False), (5, False), (12, False), (32, False), (4, True), (12, True),
+                             (32, True)):
             q = torch.randn(B, N, sq, D, generator=g).to(dtype)
             dout = torch.randn(B, N, sq, D, generator=g).to(dtype)
 
