@@ -621,6 +621,9 @@ static std::vector<Case> cases() {
   // 8 rows of 4 heads on one: the backward's key chunks (kSmallBwdMinTasks), each writing its
   // keys' dpse and its dQ partial, with a per-head mask, sink and dropout
   { Case c; c.N1 = 4; c.N2 = 1; c.S1 = 8; c.S2 = 400; c.mask = kBNSS; c.pse = true; c.sink = true; c.keep_prob = 0.8; c.seed = 21; add(c); }
+  // 2 rows of 4 heads on one against 2,300 keys: the forward's key splits (kSmallFwdSplitKeys),
+  // each writing its rows' max, sum and O, merged with the sink, a per-head mask, pse and dropout
+  { Case c; c.N1 = 4; c.N2 = 1; c.S1 = 2; c.S2 = 2300; c.mask = kBNSS; c.pse = true; c.sink = true; c.keep_prob = 0.8; c.seed = 23; add(c); }
   // dropout (forward and backward against the reference fed the regenerated mask)
   { Case c; c.layout = "BNSD"; c.B = 2; c.S1 = 70; c.S2 = 100; c.keep_prob = 0.7; c.seed = 11; c.offset = 3; add(c); }
   { Case c; c.S1 = 97; c.S2 = 97; c.mode = 4; c.mask = kTemplate; c.pre = 30; c.next = 0; c.keep_prob = 0.9; c.seed = 5; c.sink = true; add(c); }

@@ -574,6 +574,30 @@ def test_torch_compile_fullgraph() -> None:
 
 # ---- determinism ------------------------------------------------------------------------------
 
+# Few query rows against more than kSmallFwdSplitKeys (2,048) keys: the row kernels' forward splits
+# the keys (split-K decode) and merges the splits' max, sum and O. TND with 3, 1 and 2 splits, GQA,
+# sinks, a window leaving the first splits of the long sequence without keys.
+SPLIT_X = ("TND", None, [1, 3, 2], [4200, 40, 2100], 4, 2, 64, 64)
+SPLIT_OPTS = dict(layout_q="TND", mask_mode=4, win_left=1500, win_right=0, softmax_scale=0.125)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_decode_key_splits_within_budget(dtype) -> None:
+    x = make_inputs(*SPLIT_X, dtype, seed=31)
+    sinks = torch.linspace(-1.0, 2.0, 4, dtype=torch.float64).to(dtype)
+    check_against_reference(x, dict(SPLIT_OPTS, sinks=sinks))
+
+
+def test_decode_key_splits_bitwise_identical_for_1_and_2_threads() -> None:
+    x = make_inputs("BSND", 1, 1, 4500, 8, 1, 64, 64, torch.float32, seed=32)
+    results = []
+    for threads in (1, 2):
+        with num_threads(threads):
+            results.append(run_forward(x, dict(layout_q="BSND", softmax_scale=0.125)))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("layout", ["BSND", "TND"])
 def test_bitwise_identical_for_1_and_2_threads(layout, dtype) -> None:

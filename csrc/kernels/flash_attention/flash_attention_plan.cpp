@@ -133,6 +133,10 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
     plan->bwd_chunks = std::max<int64_t>(1, std::min(ceil_div(kSmallBwdMinTasks, p.batch * p.heads_kv),
                                                      max_skv / kSmallBwdChunkKeys));
   const int64_t C = plan->bwd_chunks;
+  // Forward: long key sequences in splits (split-K decode), so that threads share a kv head's keys
+  // rather than each reading all of them for a run of its pairs (below).
+  plan->fwd_splits = !bwd && work >= kSmallSerialWork ? small_fwd_splits(max_skv, kSmallFwdMaxSplits) : 1;
+  const int64_t splits = plan->fwd_splits;
   // Forward: runs of a kv head's pairs short enough for a task per thread (not two: each run
   // reads its kv head's K and V, and one-row GQA decode is bound by those reads; 8 query heads on
   // 2, 2,048 keys, 2 threads: 171-249 against 248-310 us in float32). A row's result does not
@@ -141,20 +145,25 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   // kSmallMaxPairs at a time.
   int64_t per = kSmallMaxPairs;
   if (!bwd) {
-    const int64_t items = std::max<int64_t>(1, p.batch * p.heads_kv);
-    per = std::max<int64_t>(1, std::min(kSmallMaxPairs, ceil_div(items * group * p.max_seqlen_q, share)));
+    int64_t items = 0;  // (b, kv head, split) items
+    for (int64_t b = 0; b < p.batch; ++b) items += p.heads_kv * small_fwd_splits(p.seqlen_kv[b], splits);
+    per = std::max<int64_t>(1, std::min(kSmallMaxPairs, ceil_div(std::max<int64_t>(1, items) * group * p.max_seqlen_q, share)));
   }
   plan->small_pairs = per;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
     const RowWindow w = row_window(p, sq, skv);
     if (!bwd) {
+      const int64_t sb = small_fwd_splits(skv, splits);
       for (int64_t h = 0; h < p.heads_kv; ++h)
-        for (int64_t k0 = 0; k0 < group * sq; k0 += per) {
-          int64_t cost = 1;
-          for (int64_t k = k0; k < std::min(k0 + per, group * sq); ++k) cost += 1 + w.hi(k % sq) - w.lo(k % sq);
-          tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), k0, cost});
-        }
+        for (int64_t k0 = 0; k0 < group * sq; k0 += per)
+          for (int64_t s = 0; s < sb; ++s) {  // task i0: run start k0, split s
+            const int64_t c0 = s * skv / sb, c1 = (s + 1) * skv / sb;
+            int64_t cost = 1;
+            for (int64_t k = k0; k < std::min(k0 + per, group * sq); ++k)
+              cost += 1 + std::max<int64_t>(0, std::min(w.hi(k % sq), c1 - 1) - std::max(w.lo(k % sq), c0));
+            tasks->push_back(Task{static_cast<int32_t>(b), static_cast<int32_t>(h), k0 * splits + s, cost});
+          }
     } else if (p.rows_q[b] > 0 || p.rows_kv[b] > 0) {
       int64_t pairs = 0;
       for (int64_t i = 0; i < sq; ++i) pairs += std::max<int64_t>(0, w.hi(i) - w.lo(i) + 1);
@@ -174,6 +183,11 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   plan->slot_bytes = static_cast<uint64_t>(slot);
   plan->slot_offset = layout.reserve(plan->slot_bytes * static_cast<uint64_t>(plan->slots));
   if (C > 1) reserve_dq_partials(p, ss, &layout, plan);
+  if (splits > 1) {
+    plan->dq_rows = tensor_rows(p.batch, plan->q_batch_rows, p.q_start, p.rows_q);
+    plan->fwd_part_offset = layout.reserve(
+        static_cast<uint64_t>(splits * plan->dq_rows * p.heads_q * (pad16(p.head_dim_v) + 16) * ss));
+  }
   plan->dpse_rows = plan->dpse_cols = 0;
   if (bwd && static_cast<const FlashAttnBwdParams&>(p).want_dpse) {
     plan->dpse_rows = p.max_seqlen_q;
@@ -196,6 +210,7 @@ bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], in
                                 : rows <= max_rows;
   if (small) return make_small_plan(p, bwd, threads, storage, plan);
   plan->small = false;
+  plan->fwd_splits = 1;
   // bf16 on a CPU with AMX: the tile dataflow for every call the row kernels above do not take.
   if (bf16_tiles) plan->compute = Compute::kBf16Amx;
   // float32 inputs likewise, every operand in three bf16 parts: six tile GEMMs per GEMM, float32's

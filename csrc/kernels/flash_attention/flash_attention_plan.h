@@ -114,6 +114,19 @@ constexpr int64_t kSmallKeys = 16;
 // of 64 keys' work).
 constexpr int64_t kSmallBwdMinTasks = 4;
 constexpr int64_t kSmallBwdChunkKeys = 64;
+// The forward's key splits (split-K decode, make_small_plan): a sequence's keys are split into
+// ceil(keys / kSmallFwdSplitKeys) ranges, at most kSmallFwdMaxSplits. A split's task writes its
+// rows' maximum, exp sum and unnormalised O (Plan::fwd_part_offset), and combine_splits merges
+// them in split order. So each K / V row is read by one task per run of pairs, where without
+// splits a call with fewer kv heads than threads ran several runs over all the keys, and the
+// split count is a function of the key length only, so the results do not change with the
+// thread count.
+constexpr int64_t kSmallFwdSplitKeys = 2048;
+constexpr int64_t kSmallFwdMaxSplits = 64;
+inline int64_t small_fwd_splits(int64_t keys, int64_t max_splits) {
+  const int64_t s = (keys + kSmallFwdSplitKeys - 1) / kSmallFwdSplitKeys;
+  return s < 1 ? 1 : s > max_splits ? max_splits : s;
+}
 
 // Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: a
 // block of kSmallKeys K rows and one of V rows, an O row of pad16(max(D, Dv)) accumulation scalars
@@ -130,6 +143,12 @@ struct Plan {
   bool small = false;  // the row kernels of flash_attention_small.h (kSmallRowsQ)
   // Row kernels: (head, row) pairs of a kv head per forward task and per backward pass over the keys
   int64_t small_pairs = 1;
+  // Row kernels' forward: the most key splits of a sequence (kSmallFwdSplitKeys; sequence b has
+  // small_fwd_splits(its keys, fwd_splits)); with more than one, each (split, q row, head) has a
+  // record of pad16(Dv) + 16 scalars at fwd_part_offset, [split][q row][N1]: its max and exp sum
+  // (log2 units) in the first two, O's unnormalised row from the 16th.
+  int64_t fwd_splits = 1;
+  uint64_t fwd_part_offset = 0;
   // `convert_in_tasks`: 16-bit inputs computed in float (fp16, or bf16 without AMX); each task
   // converts the rows it reads into its slot and nothing is staged (flash_attention_staging.h).
   // Staging: some inputs are first copied into head-major [B][N][rows][dim] ([N][T][dim] for
@@ -181,7 +200,7 @@ struct Plan {
   // chunk writes a dQ partial, [chunk][q row][N1][Dp], summed in chunk order afterwards.
   int64_t bwd_chunks = 1;
   uint64_t dqpart_offset = 0;
-  int64_t dq_rows = 0;           // q rows of all batches (rows of the dQ partial)
+  int64_t dq_rows = 0;           // q rows of all batches (rows of the dQ partial, and of the forward's split records)
   // Backward, GQA: the query heads of a kv head that one task runs (bwd_task_heads, a divisor of
   // the group). With fewer than the whole group, each task writes an fp32/fp64 dK|dV partial,
   // [kv row][N1 / bwd_task_heads][Dp + Dvp], summed in head order afterwards (reduce_group); with

@@ -9,8 +9,9 @@
 // kSmallKeys keys at a time, so that each K / V row is read (and converted) once for all of them:
 // a row's dot products with a block's keys are reduced together (Ops::hsums), and its O / dQ (or a
 // key's dK / dV) stay in registers across the block (axpys):
-//   forward:  one task per (b, kv head, run of pairs): s_j = c2 q.k_j (+ bias) over each row's
-//             window, then m, l and out = sum_j 2^(s_j - m) v_j / l
+//   forward:  one task per (b, kv head, run of pairs, key split): s_j = c2 q.k_j (+ bias) over each
+//             row's window, then m, l and out = sum_j 2^(s_j - m) v_j / l; sequences of more than
+//             kSmallFwdSplitKeys keys in splits, each writing its (m, l, O) for combine_splits
 //   backward: one task per (b, kv head, chunk of keys; one chunk unless the kv heads are few),
 //             over the query heads of its group and their rows, so that dK and dV accumulate in
 //             a fixed order with no partials: P_j = 2^(s_j - lse2), dP_j = dO.v_j,
@@ -260,34 +261,47 @@ struct Small {
   }
 
   // ---- forward: pairs k0 .. k0 + npairs - 1 of kv head h, batch b ---------------------------
-  // Pair k is row k % sq of query head h * group + k / sq.
-  static void forward_pairs(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t h, int64_t k0,
-                            int64_t npairs, char* slot) {
+  // Pair k is row k % sq of query head h * group + k / sq. With key splits (plan.fwd_splits > 1,
+  // task i0 = k0 * splits + split) the task takes the split's keys and writes partials.
+  static void forward_pairs(const FlashAttnFwdParams& p, const Plan& plan, int out_kind, const Task& t, char* slot,
+                            void* ws) {
+    const int64_t splits = plan.fwd_splits, k0 = t.i0 / splits, npairs = plan.small_pairs;
     // One row (decode without GQA) compiled on its own: its loops over the pairs vanish, and
     // with them 10-15% of a one-row call (bf16, 128-1024 keys, one thread).
-    if (imin(npairs, p.group * p.seqlen_q[b] - k0) == 1)
-      forward_pairs_n<true>(p, out_kind, b, h, k0, npairs, slot);
+    if (imin(npairs, p.group * p.seqlen_q[t.b] - k0) == 1)
+      forward_pairs_n<true>(p, plan, out_kind, t.b, t.n, k0, t.i0 % splits, slot, ws);
     else
-      forward_pairs_n<false>(p, out_kind, b, h, k0, npairs, slot);
+      forward_pairs_n<false>(p, plan, out_kind, t.b, t.n, k0, t.i0 % splits, slot, ws);
+  }
+  // A split's record of (q row, head): [max, exp sum, 14 unused, O's row], in S (Plan::fwd_part_offset)
+  static S* split_record(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int64_t split, int64_t b, int64_t n,
+                         int64_t i) {
+    const int64_t rec = pad16(p.head_dim_v) + 16;
+    const int64_t row = b * plan.q_batch_rows + p.q_start[b] + i;
+    return reinterpret_cast<S*>(static_cast<char*>(ws) + plan.fwd_part_offset) +
+           ((split * plan.dq_rows + row) * p.heads_q + n) * rec;
   }
   template <bool kOneRow>
-  static void forward_pairs_n(const FlashAttnFwdParams& p, int out_kind, int64_t b, int64_t h, int64_t k0,
-                              int64_t npairs, char* slot) {
+  static void forward_pairs_n(const FlashAttnFwdParams& p, const Plan& plan, int out_kind, int64_t b, int64_t h,
+                              int64_t k0, int64_t split, char* slot, void* ws) {
     const int64_t D = p.head_dim, Dv = p.head_dim_v, es = dtype_size(p.dtype);
     const int64_t sq = p.seqlen_q[b], skv = p.seqlen_kv[b];
     const RowWindow w = flash::row_window(p, sq, skv);
+    const int64_t npairs = plan.small_pairs, splits = plan.fwd_splits;
+    const int64_t sb = flash::small_fwd_splits(skv, splits);
+    const int64_t c0 = split * skv / sb, c1 = (split + 1) * skv / sb;  // the split's keys
     const Rows r = carve(slot, p, npairs);
     const int64_t np = kOneRow ? 1 : imin(npairs, p.group * sq - k0);
     const S c2 = static_cast<S>(p.scale * kLog2e);
-    const bool sink = p.sinks != nullptr;
+    const bool sink = p.sinks != nullptr && splits == 1;  // with splits, combine_splits adds the sink
     int64_t n[flash::kSmallMaxPairs], i[flash::kSmallMaxPairs], lok[flash::kSmallMaxPairs], hik[flash::kSmallMaxPairs];
-    S m0[flash::kSmallMaxPairs], muse[flash::kSmallMaxPairs], l[flash::kSmallMaxPairs];
+    S m0[flash::kSmallMaxPairs], mx[flash::kSmallMaxPairs], muse[flash::kSmallMaxPairs], l[flash::kSmallMaxPairs];
     int64_t lo = INT64_MAX, hi = -1;  // the union of the rows' windows
     for (int64_t k = 0; k < np; ++k) {
       n[k] = h * p.group + (k0 + k) / sq;
       i[k] = (k0 + k) % sq;
-      lok[k] = w.lo(i[k]);
-      hik[k] = w.hi(i[k]);
+      lok[k] = imax(w.lo(i[k]), c0);
+      hik[k] = imin(w.hi(i[k]), c1 - 1);
       load_row<S>(row_ptr(p.q, es, b, p.q_batch_stride, p.q_start[b] + i[k], p.q_row_stride, n[k], p.q_head_stride),
                   p.dtype, D, r.q + k * r.ld);
       m0[k] = sink ? static_cast<S>(p.sinks[n[k]] * kLog2e) : S(-INFINITY);
@@ -328,6 +342,7 @@ struct Small {
         const S x = t < W ? lanes[t] : sk[tv + t - W];
         if (m == m && (x > m || x != x)) m = x;
       }
+      mx[k] = m;
       muse[k] = m == S(-INFINITY) ? S(0) : m;  // nothing visible: keep the exponents finite
       l[k] = sink ? exp2s(m0[k] - muse[k]) : S(0);
       // the weights, W at a time (the sum keeps every term, P V only the kept ones)
@@ -364,9 +379,58 @@ struct Small {
         axpys<true>(wk, static_cast<int>(e - a + 1), vb + (a - j0) * vs, vs, r.acc + k * r.ld, Dv);
       }
     }
-    for (int64_t k = 0; k < np; ++k)
-      finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n[k], i[k], 1, w, sink, m0[k], &muse[k], &l[k],
-                                         r.acc + k * r.ld, 0, r.tmp);
+    for (int64_t k = 0; k < np; ++k) {
+      if (splits == 1) {
+        finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n[k], i[k], 1, w, sink, m0[k], &muse[k], &l[k],
+                                           r.acc + k * r.ld, 0, r.tmp);
+        continue;
+      }
+      S* rec = split_record(p, plan, ws, split, b, n[k], i[k]);
+      rec[0] = mx[k];
+      rec[1] = l[k];
+      std::memcpy(rec + 16, r.acc + k * r.ld, sizeof(S) * static_cast<size_t>(Dv));
+    }
+  }
+
+  // Key splits: row (b, n, i)'s max M over the sink and the splits' maxima (NaN kept, as the
+  // unsplit max does), exp sum sum_s l_s 2^(m_s - M) (+ the sink's 2^(sink - M)) and O likewise, in
+  // split order, then the unsplit epilogue. A split that saw no key (max -inf) adds nothing.
+  static void combine_splits(const FlashAttnFwdParams& p, const Plan& plan, int out_kind, void* ws) {
+    const int64_t splits = plan.fwd_splits, Dv = p.head_dim_v;
+    const int64_t items = p.batch * p.heads_q;
+    int64_t next = 0;
+    op_plugin::parallel_for(0, imin(plan.slots, items), 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t sl = s0; sl < s1; ++sl) {
+        const Rows r = carve(static_cast<char*>(ws) + plan.slot_offset + static_cast<uint64_t>(sl) * plan.slot_bytes, p, 1);
+        for (;;) {
+          const int64_t it = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+          if (it >= items) break;
+          const int64_t b = it / p.heads_q, n = it % p.heads_q;
+          const int64_t sq = p.seqlen_q[b], sb = flash::small_fwd_splits(p.seqlen_kv[b], splits);
+          const RowWindow w = flash::row_window(p, sq, p.seqlen_kv[b]);
+          const bool sink = p.sinks != nullptr;
+          const S m0 = sink ? static_cast<S>(p.sinks[n] * kLog2e) : S(-INFINITY);
+          for (int64_t i = 0; i < sq; ++i) {
+            S m = m0;
+            for (int64_t s = 0; s < sb; ++s) {
+              const S x = split_record(p, plan, ws, s, b, n, i)[0];
+              if (m == m && (x > m || x != x)) m = x;
+            }
+            const S muse = m == S(-INFINITY) ? S(0) : m;
+            S l = sink ? exp2s(m0 - muse) : S(0);
+            for (int64_t c = 0; c < Dv; ++c) r.o[c] = S(0);
+            for (int64_t s = 0; s < sb; ++s) {
+              const S* rec = split_record(p, plan, ws, s, b, n, i);
+              if (rec[0] == S(-INFINITY)) continue;
+              const S f = exp2s(rec[0] - muse);
+              l += rec[1] * f;
+              for (int64_t c = 0; c < Dv; ++c) r.o[c] += rec[16 + c] * f;
+            }
+            finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i, 1, w, sink, m0, &muse, &l, r.o, 0, r.tmp);
+          }
+        }
+      }
+    });
   }
 
   // ---- backward: every query head of kv head h's group, batch b, keys c0 .. c1 - 1 ----------
@@ -506,9 +570,8 @@ struct Small {
 // is too small to share. With several chunks the caller sums the dQ partials (reduce_dq).
 template <class Ops>
 void run_small_forward(const FlashAttnFwdParams& p, const Plan& plan, void* ws, int out_kind) {
-  run_tasks(plan, ws, [&](const Task& t, char* slot) {
-    Small<Ops>::forward_pairs(p, out_kind, t.b, t.n, t.i0, plan.small_pairs, slot);
-  });
+  run_tasks(plan, ws, [&](const Task& t, char* slot) { Small<Ops>::forward_pairs(p, plan, out_kind, t, slot, ws); });
+  if (plan.fwd_splits > 1) Small<Ops>::combine_splits(p, plan, out_kind, ws);
 }
 template <class Ops>
 void run_small_backward(const FlashAttnBwdParams& p, const Plan& plan, int out_kind, void* ws) {
