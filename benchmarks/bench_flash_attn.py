@@ -8,8 +8,9 @@ mask. op_plugin runs in BNSD, SDPA's own layout, so neither side transposes.
 
 Few query rows (speculative decode, 2026-12-06; chunked prefill, 2026-12-07): Sq = 1, 4, 5, 12 and
 32 against Skv = 2048 keys of 2 kv heads (8 query heads, D=128), float32 and bfloat16, forward (and
-forward+backward at Sq = 4, 12 and 32), against SDPA with enable_gqa; memory bound at one row, so
-their throughput is K and V's bytes read per second against the machine's copy bandwidth.
+forward+backward at Sq = 4, 12 and 32), and one-row decode against 16,384 keys of one kv head
+(split-K), against SDPA with enable_gqa; memory bound at one row, so their throughput is K and V's
+bytes read per second against the machine's copy bandwidth.
 
 Figures: median time of each and their ratio, op_plugin's useful GFLOP/s (only the allowed
 (query, key) pairs count: 4*D per pair forward, 2.5x that backward, the usual flash attention
@@ -107,16 +108,20 @@ def few_rows(quick: bool = False) -> list[dict[str, object]]:
     """Few query rows against a long key sequence (module docstring)."""
     from common import interleaved_medians, memcpy_bandwidth_gbs
 
-    B, N, N2, Skv, D = 1, 8, 2, 512 if quick else 2048, 128
+    B, N, D = 1, 8, 128
     copy_gbs = memcpy_bandwidth_gbs()
     g = torch.Generator().manual_seed(0)
     kw = op_kwargs("dense", 0)
     rows = []
-    for name in WINDOW_DTYPES:
+    # (kv heads, keys, [(query rows, backward)]): then one-row decode against a long context of
+    # one kv head, whose keys the row kernels split (kSmallFwdSplitKeys)
+    calls = [(2, 512 if quick else 2048, [(1, False), (4, False), (5, False), (12, False), (32, False), (4, True),
+                                          (12, True), (32, True)]),
+             (1, 2048 if quick else 16384, [(1, False)])]
+    for name, (N2, Skv, shapes) in ((n, c) for n in WINDOW_DTYPES for c in calls):
         dtype = DTYPES[name]
         k, v = (torch.randn(B, N2, Skv, D, generator=g).to(dtype) for _ in range(2))
-        for sq, backward in ((1, False), (4, False), (5, False), (12, False), (32, False), (4, True), (12, True),
-                             (32, True)):
+        for sq, backward in shapes:
             q = torch.randn(B, N, sq, D, generator=g).to(dtype)
             dout = torch.randn(B, N, sq, D, generator=g).to(dtype)
 
