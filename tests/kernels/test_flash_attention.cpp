@@ -530,8 +530,8 @@ static std::vector<Case> cases() {
   { Case c; c.S1 = 1; c.S2 = 4500; c.N1 = 8; c.N2 = 1; c.D = 128; c.Dv = 128; c.sinks = true; add(c); }
   { Case c; c.layout = "TND"; c.lq = {2, 3, 1}; c.lkv = {4200, 50, 2100}; c.N1 = 4; c.N2 = 1; c.D = 64; c.Dv = 64; c.mode = 4; c.wl = 1500; c.wr = 0; c.sinks = true; add(c); }
   { Case c; c.B = 2; c.S1 = 3; c.S2 = 2500; c.used_q = {3, 3}; c.used_kv = {2500, 0}; c.N1 = 4; c.N2 = 1; c.D = 64; c.Dv = 64; add(c); }
-  // 12-24 rows of a few kv heads on the vector tiles (the row kernels at the AVX-512 levels up to 15):
-  // blocks of fewer rows than a tile, and a backward that splits keys rather than the GQA group
+  // 12-24 rows of a few kv heads (more than 15: the vector tiles at every level): blocks of fewer
+  // rows than a tile, and a backward that splits keys rather than the GQA group
   // (its dQ partials are the smaller): a window leaving the first chunks without rows, TND with
   // one sequence of fewer keys than chunks
   { Case c; c.S1 = 24; c.S2 = 600; c.N1 = 4; c.N2 = 1; c.mode = 4; c.wl = 50; c.wr = 0; c.D = 64; c.Dv = 48; add(c); }
