@@ -79,6 +79,13 @@ static double get(const Buf& b, int64_t i) {
     default: return 0;
   }
 }
+// Every element of b as a double (get's values), for references that read rows through pointers
+// (get's dtype switch per element was most of the kernel tests' time).
+static std::vector<double> as_double(const Buf& b) {
+  std::vector<double> d(static_cast<size_t>(op_plugin::numel(b.t)));
+  for (size_t t = 0; t < d.size(); ++t) d[t] = get(b, static_cast<int64_t>(t));
+  return d;
+}
 static void set(Buf& b, int64_t i, double v) {
   using namespace op_plugin;
   switch (b.t.dtype) {

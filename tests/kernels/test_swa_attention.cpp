@@ -217,13 +217,7 @@ static Ref reference(const Case& c, const Inputs& in, const Buf* out_in, const B
   r.dv.assign(numel(in.v.t), 0.0);
   r.dpse.assign(c.pse ? numel(in.pse.t) : 0, 0.0);
   r.dsink.assign(c.N1, 0.0);
-  // The inputs as doubles (get's values) read through row pointers (the head dim is innermost in
-  // every layout): get's dtype switch per element was most of the kernel tests' time.
-  auto as_double = [](const Buf& x) {
-    std::vector<double> d(static_cast<size_t>(numel(x.t)));
-    for (size_t t = 0; t < d.size(); ++t) d[t] = get(x, static_cast<int64_t>(t));
-    return d;
-  };
+  // The inputs as doubles, read through row pointers (the head dim is innermost in every layout).
   const std::vector<double> qd = as_double(in.q), kd = as_double(in.k), vd = as_double(in.v), dyd = as_double(in.dy);
   const std::vector<double> od = out_in ? as_double(*out_in) : std::vector<double>();
   const int64_t grp = c.N1 / c.N2;
