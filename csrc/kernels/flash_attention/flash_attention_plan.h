@@ -145,8 +145,8 @@ struct Plan {
   int64_t small_pairs = 1;
   // Row kernels' forward: the most key splits of a sequence (kSmallFwdSplitKeys; sequence b has
   // small_fwd_splits(its keys, fwd_splits)); with more than one, each (split, q row, head) has a
-  // record of pad16(Dv) + 16 scalars at fwd_part_offset, [split][q row][N1]: its max and exp sum
-  // (log2 units) in the first two, O's unnormalised row from the 16th.
+  // record of pad16(Dv) + 16 scalars at fwd_part_offset, [split][q row][N1]: its max (log2 units)
+  // and exp sum in the first two, O's unnormalised row from the 16th.
   int64_t fwd_splits = 1;
   uint64_t fwd_part_offset = 0;
   // `convert_in_tasks`: 16-bit inputs computed in float (fp16, or bf16 without AMX); each task
