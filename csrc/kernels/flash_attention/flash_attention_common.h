@@ -148,12 +148,11 @@ inline int64_t amx_kv_slot(const FlashAttnFwdParams& p, const Plan& plan, int64_
   return (b * p.heads_kv + h) % plan.amx_wave_kv;
 }
 
-// Runs body(task, slot_base) over the plan's tasks [begin, end) (all of them by default), in
-// their order (longest first), from a shared counter: the schedule varies with the thread count,
-// the arithmetic of a task does not.
+// Runs body(item, slot_base) over items [begin, end) in order, from a shared counter, on up to
+// plan.slots threads, each with its slot of scratch: the schedule varies with the thread count, the
+// arithmetic of an item does not.
 template <class Body>
-inline void run_tasks(const Plan& plan, void* workspace, const Body& body, int64_t begin = 0, int64_t end = -1) {
-  if (end < 0) end = plan.num_tasks;
+inline void run_items(const Plan& plan, void* workspace, int64_t begin, int64_t end, const Body& body) {
   int64_t next = begin;
   int64_t* counter = &next;
   const int64_t slots = imin(plan.slots, end - begin);
@@ -163,10 +162,17 @@ inline void run_tasks(const Plan& plan, void* workspace, const Body& body, int64
       for (;;) {
         const int64_t t = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
         if (t >= end) break;
-        body(plan.tasks[t], base);
+        body(t, base);
       }
     }
   });
+}
+// Runs body(task, slot_base) over the plan's tasks [begin, end) (all of them by default), in
+// their order (longest first).
+template <class Body>
+inline void run_tasks(const Plan& plan, void* workspace, const Body& body, int64_t begin = 0, int64_t end = -1) {
+  if (end < 0) end = plan.num_tasks;
+  run_items(plan, workspace, begin, end, [&](int64_t t, char* slot) { body(plan.tasks[t], slot); });
 }
 
 // Runs the AMX dataflow's waves: for each, stage(wave) packs its operands, then its tasks run.

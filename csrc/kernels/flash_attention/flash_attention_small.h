@@ -397,38 +397,31 @@ struct Small {
   // split order, then the unsplit epilogue. A split that saw no key (max -inf) adds nothing.
   static void combine_splits(const FlashAttnFwdParams& p, const Plan& plan, int out_kind, void* ws) {
     const int64_t splits = plan.fwd_splits, Dv = p.head_dim_v;
-    const int64_t items = p.batch * p.heads_q;
-    int64_t next = 0;
-    op_plugin::parallel_for(0, imin(plan.slots, items), 1, [&](int64_t s0, int64_t s1) {
-      for (int64_t sl = s0; sl < s1; ++sl) {
-        const Rows r = carve(static_cast<char*>(ws) + plan.slot_offset + static_cast<uint64_t>(sl) * plan.slot_bytes, p, 1);
-        for (;;) {
-          const int64_t it = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
-          if (it >= items) break;
-          const int64_t b = it / p.heads_q, n = it % p.heads_q;
-          const int64_t sq = p.seqlen_q[b], sb = flash::small_fwd_splits(p.seqlen_kv[b], splits);
-          const RowWindow w = flash::row_window(p, sq, p.seqlen_kv[b]);
-          const bool sink = p.sinks != nullptr;
-          const S m0 = sink ? static_cast<S>(p.sinks[n] * kLog2e) : S(-INFINITY);
-          for (int64_t i = 0; i < sq; ++i) {
-            S m = m0;
-            for (int64_t s = 0; s < sb; ++s) {
-              const S x = split_record(p, plan, ws, s, b, n, i)[0];
-              if (m == m && (x > m || x != x)) m = x;
-            }
-            const S muse = m == S(-INFINITY) ? S(0) : m;
-            S l = sink ? exp2s(m0 - muse) : S(0);
-            for (int64_t c = 0; c < Dv; ++c) r.o[c] = S(0);
-            for (int64_t s = 0; s < sb; ++s) {
-              const S* rec = split_record(p, plan, ws, s, b, n, i);
-              if (rec[0] == S(-INFINITY)) continue;
-              const S f = exp2s(rec[0] - muse);
-              l += rec[1] * f;
-              for (int64_t c = 0; c < Dv; ++c) r.o[c] += rec[16 + c] * f;
-            }
-            finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i, 1, w, sink, m0, &muse, &l, r.o, 0, r.tmp);
-          }
+    // (b, query head) items, each on its thread's slot (the tasks are done with them)
+    run_items(plan, ws, 0, p.batch * p.heads_q, [&](int64_t it, char* slot) {
+      const Rows r = carve(slot, p, 1);
+      const int64_t b = it / p.heads_q, n = it % p.heads_q;
+      const int64_t sq = p.seqlen_q[b], sb = flash::small_fwd_splits(p.seqlen_kv[b], splits);
+      const RowWindow w = flash::row_window(p, sq, p.seqlen_kv[b]);
+      const bool sink = p.sinks != nullptr;
+      const S m0 = sink ? static_cast<S>(p.sinks[n] * kLog2e) : S(-INFINITY);
+      for (int64_t i = 0; i < sq; ++i) {
+        S m = m0;
+        for (int64_t s = 0; s < sb; ++s) {
+          const S x = split_record(p, plan, ws, s, b, n, i)[0];
+          if (m == m && (x > m || x != x)) m = x;
         }
+        const S muse = m == S(-INFINITY) ? S(0) : m;
+        S l = sink ? exp2s(m0 - muse) : S(0);
+        for (int64_t c = 0; c < Dv; ++c) r.o[c] = S(0);
+        for (int64_t s = 0; s < sb; ++s) {
+          const S* rec = split_record(p, plan, ws, s, b, n, i);
+          if (rec[0] == S(-INFINITY)) continue;
+          const S f = exp2s(rec[0] - muse);
+          l += rec[1] * f;
+          for (int64_t c = 0; c < Dv; ++c) r.o[c] += rec[16 + c] * f;
+        }
+        finalize_rows<S, Ops::kNativeBf16>(p, out_kind, b, n, i, 1, w, sink, m0, &muse, &l, r.o, 0, r.tmp);
       }
     });
   }
