@@ -27,10 +27,10 @@ constexpr int64_t kMaxChunks = 128;
 // A chunk holds at least this many elements of v ((N + 1) * H per row), so a chunk costs far more
 // than the parallel_for dispatch and the zeroing of its gsw partial (H elements).
 constexpr int64_t kMinChunkElements = int64_t(1) << 16;
-// Outputs larger than this are written with non-temporal (streaming) stores: beyond the size of
-// the L3 (32 MiB on the reference machine) the consumer cannot find them in cache anyway, and
-// streaming saves the read-for-ownership of every output line (about 1/3 of the backward's
-// traffic). Smaller outputs stay cached for the consumer.
+// The forward's hidden states, when larger than this, are written with non-temporal (streaming)
+// stores: beyond the size of the L3 (32 MiB on the reference machine) the consumer cannot find
+// them in cache anyway. Smaller outputs stay cached for the consumer. The backward writes plain
+// stores whatever the size (bar_rows_simd.h, `step`).
 constexpr uint64_t kStreamingStoreMinBytes = uint64_t(64) << 20;
 // Elements of H per task of the backward's final gsw reduction (and weight-grad write).
 constexpr int64_t kReduceGrain = 1024;
@@ -46,12 +46,12 @@ struct Shape {
 struct Plan {
   int64_t rows_per_chunk = 1;  // rows t per chunk (>= 1)
   int64_t num_chunks = 0;      // ceil(T / rows_per_chunk); 0 when T == 0
-  bool stream_stores = false;  // write the big outputs with non-temporal stores
+  bool stream_stores = false;  // write the forward's hidden states with non-temporal stores
   Isa isa = Isa::kBaseline;    // row kernels to use (see bar_rows.h)
 };
 
 // The one tiling heuristic of the family (tested in tests/kernels/test_block_attention_residuals.cpp).
-// `output_bytes` is the size of the large [T, ..., H] outputs, which decides streaming stores.
+// `output_bytes` is the size of the output that may be streamed (0 for the backward).
 Plan make_plan(const Shape& shape, uint64_t output_bytes, Isa isa);
 
 // Forward parameters: raw pointers into the caller's tensors plus derived scalars.

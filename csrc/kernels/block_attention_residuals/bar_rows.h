@@ -61,7 +61,6 @@ struct GradRowsArgs {
   const acc_t<T>* sw;                // norm_weight * proj_weight, H
   acc_t<T>* gsw;                     // H, the chunk's running partial sum
   int64_t H;
-  bool stream;                       // non-temporal stores allowed (used only where aligned)
 };
 
 template <class T>

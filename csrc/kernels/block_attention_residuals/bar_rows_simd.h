@@ -175,14 +175,19 @@ void mix(const MixArgs<T>& args) {
 
 // One vector of the G rows at offset o. All loads come before the stores, so no load of a row
 // waits on (or falsely depends on) the store to another row just issued at the same offset.
-template <class Vec, int G, bool kStream, class T, class V>
+// Plain stores, not non-temporal ones: gv's pages are fresh, so the first store of each faults
+// and the kernel's zeroing leaves the page in cache, where a plain store hits; and a load of the
+// next vector, in the same line modulo 4 KiB as a non-temporal store still in a write-combining
+// buffer, flushes that buffer half filled (docs/decisions.md, "Block AttnRes's backward without
+// non-temporal stores": 3.3x slower in bf16 on Zen 3).
+template <class Vec, int G, class T, class V>
 inline void step(const GradRowsArgs<T>& r, int64_t o, const V* a, const V* b, const V* c) {
   const V gh = Vec::load(r.gh + o), sw = Vec::load(r.sw + o);
   V gsw = Vec::load(r.gsw + o);
   V x[G];
   for (int g = 0; g < G; ++g) x[g] = Vec::load(r.v[g] + o);
   for (int g = 0; g < G; ++g) {
-    Vec::template store<kStream>(r.out[g] + o,
+    Vec::template store<false>(r.out[g] + o,
                                  Vec::fma(Vec::fma(Vec::mul(a[g], gh), b[g], sw), c[g], x[g]));
     gsw = Vec::fma(gsw, b[g], x[g]);
   }
@@ -191,7 +196,7 @@ inline void step(const GradRowsArgs<T>& r, int64_t o, const V* a, const V* b, co
 
 // Second pass of the backward, a group of G rows (see GradRowsArgs):
 //   gv[g] = a[g] gh + b[g] sw + c[g] v[g] ;  gsw = gsw + b[0] v[0] + b[1] v[1] + ... (in order).
-template <class Vec, int G, bool kStream, bool kPrefetch, class T>
+template <class Vec, int G, bool kPrefetch, class T>
 void grad_rows_impl(const GradRowsArgs<T>& r) {
   using V = typename Vec::V;
   constexpr int64_t W = Vec::W;
@@ -208,9 +213,9 @@ void grad_rows_impl(const GradRowsArgs<T>& r) {
     if (kPrefetch)
       for (int g = 0; g < G; ++g)
         prefetch_lines<Vec>(r.next[g] + h, K * W * static_cast<int64_t>(sizeof(T)));
-    for (int k = 0; k < K; ++k) step<Vec, G, kStream>(r, h + k * W, a, b, c);
+    for (int k = 0; k < K; ++k) step<Vec, G>(r, h + k * W, a, b, c);
   }
-  for (; h + W <= H; h += W) step<Vec, G, kStream>(r, h, a, b, c);
+  for (; h + W <= H; h += W) step<Vec, G>(r, h, a, b, c);
   for (; h < H; ++h) {  // scalar tail
     float gsw = r.gsw[h];
     for (int g = 0; g < G; ++g) {
@@ -220,18 +225,14 @@ void grad_rows_impl(const GradRowsArgs<T>& r) {
     }
     r.gsw[h] = gsw;
   }
-  if (kStream) Vec::fence();
 }
 
 template <class Vec, int G, class T>
 void grad_rows_g(const GradRowsArgs<T>& r) {
-  bool stream = r.stream;
-  for (int g = 0; g < G; ++g) stream = stream && Vec::stream_aligned(r.out[g]);
-  const bool prefetch = r.next[0] != nullptr;
-  if (stream)
-    prefetch ? grad_rows_impl<Vec, G, true, true>(r) : grad_rows_impl<Vec, G, true, false>(r);
+  if (r.next[0] != nullptr)
+    grad_rows_impl<Vec, G, true>(r);
   else
-    prefetch ? grad_rows_impl<Vec, G, false, true>(r) : grad_rows_impl<Vec, G, false, false>(r);
+    grad_rows_impl<Vec, G, false>(r);
 }
 
 template <class Vec, class T>

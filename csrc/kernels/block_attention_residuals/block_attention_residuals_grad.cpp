@@ -105,7 +105,6 @@ void grad_chunk(const BwdParams& p, const Plan& plan, const RowKernels<T>& kerne
       args.sw = sw;
       args.gsw = gsw;
       args.H = H;
-      args.stream = plan.stream_stores;
       kernels.grad_rows(args);
     }
   }
@@ -184,8 +183,7 @@ struct BlockAttentionResidualsGradKernel {
     params.grad_block_res = a.grad_block_res.data;
     params.grad_proj_weight = a.grad_proj_weight.data;
     params.grad_norm_weight = a.grad_norm_weight.data;
-    const uint64_t out_bytes = static_cast<uint64_t>(s.T * (s.N + 1) * s.H) * dtype_size(dtype);
-    p->plan = bar::make_plan(s, out_bytes, active_isa());
+    p->plan = bar::make_plan(s, /*output_bytes=*/0, active_isa());  // no streamed output
     p->layout = dtype == OP_DT_DOUBLE ? bar::make_layout<double>(s, p->plan, *workspace)
                                       : bar::make_layout<float>(s, p->plan, *workspace);
     return OP_SUCCESS;
