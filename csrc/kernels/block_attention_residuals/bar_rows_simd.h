@@ -175,11 +175,11 @@ void mix(const MixArgs<T>& args) {
 
 // One vector of the G rows at offset o. All loads come before the stores, so no load of a row
 // waits on (or falsely depends on) the store to another row just issued at the same offset.
-// Plain stores, not non-temporal ones: gv's pages are fresh, so the first store of each faults
-// and the kernel's zeroing leaves the page in cache, where a plain store hits; and a load of the
-// next vector, in the same line modulo 4 KiB as a non-temporal store still in a write-combining
-// buffer, flushes that buffer half filled (docs/decisions.md, "Block AttnRes's backward without
-// non-temporal stores": 3.3x slower in bf16 on Zen 3).
+// Plain stores, not non-temporal ones: the next vector's loads (v, gh, sw, gsw at o + W) fall in
+// the same line modulo 4 KiB as the stores just issued at o (all four are 4 KiB aligned when they
+// come from torch), and such a load flushes a non-temporal line from its write-combining buffer
+// half filled: 3-4x slower on Zen 3 (docs/decisions.md, "Block AttnRes's backward without
+// non-temporal stores").
 template <class Vec, int G, class T, class V>
 inline void step(const GradRowsArgs<T>& r, int64_t o, const V* a, const V* b, const V* c) {
   const V gh = Vec::load(r.gh + o), sw = Vec::load(r.sw + o);
@@ -188,7 +188,7 @@ inline void step(const GradRowsArgs<T>& r, int64_t o, const V* a, const V* b, co
   for (int g = 0; g < G; ++g) x[g] = Vec::load(r.v[g] + o);
   for (int g = 0; g < G; ++g) {
     Vec::template store<false>(r.out[g] + o,
-                                 Vec::fma(Vec::fma(Vec::mul(a[g], gh), b[g], sw), c[g], x[g]));
+                               Vec::fma(Vec::fma(Vec::mul(a[g], gh), b[g], sw), c[g], x[g]));
     gsw = Vec::fma(gsw, b[g], x[g]);
   }
   Vec::template store<false>(r.gsw + o, gsw);
