@@ -66,7 +66,14 @@ namespace {
 struct ThreadWorkspace {
   void* data = nullptr;
   uint64_t bytes = 0;
-  ~ThreadWorkspace() { std::free(data); }
+  ~ThreadWorkspace() { release(); }
+  uint64_t release() {
+    const uint64_t freed = bytes;
+    std::free(data);
+    data = nullptr;
+    bytes = 0;
+    return freed;
+  }
   void* reserve(uint64_t want) {
     if (want > bytes) {
       constexpr uint64_t kHuge = uint64_t{2} << 20;
@@ -86,6 +93,8 @@ struct ThreadWorkspace {
 };
 thread_local ThreadWorkspace t_workspace;
 }  // namespace
+
+uint64_t release_workspace() { return t_workspace.release(); }
 
 Workspace::Workspace(uint64_t bytes) {
   if (bytes == 0) return;

@@ -37,16 +37,17 @@ using ExecutorPtr = std::unique_ptr<opExecutor, ExecutorDeleter>;
 // to the largest request: a fresh allocation per call is mapped by malloc or torch's allocator and
 // faulted in page by page. A few hundred KB of faults cost a decode-size Floyd backward several
 // times its kernel time; the bf16 training step's 16 MB backward workspace (S=4096, GQA) took
-// about 4,300 faults a call under THP_MEM_ALLOC_ENABLE, 4-5 ms of a 12 ms window backward
-// (docs/decisions.md, "Stage 2's workspace"). So each thread that calls ops keeps up to 128 MiB,
-// which holds the Floyd backward's 103 MB at B1 H4 N=M=K=256 D64. The buffer is on huge pages
-// (madvise; THP's usual mode is "madvise"): on small ones Floyd's strided tile rows miss the TLB,
-// which is why torch's huge-page allocation had measured faster for its workspace. Larger
-// workspaces come from torch's allocator per call. A call finishes with its workspace before it
-// returns and kernels call no op, so one buffer per thread is enough.
+// about 4,300 faults a call under THP_MEM_ALLOC_ENABLE, 4-5 ms of a 12 ms window backward; the
+// Floyd backward's 213 MiB at B1 H4 N=M=K=256 D64 (float32 at every level, bf16 below avx512_amx)
+// made its fwd+bwd 7-10% slower when allocated per call (docs/decisions.md, "Stage 2's
+// workspace"). So each thread that calls ops keeps up to 256 MiB until release_workspace(). The
+// buffer is on huge pages (madvise; THP's usual mode is "madvise"): on small ones Floyd's strided
+// tile rows miss the TLB, which is why torch's huge-page allocation had measured faster for its
+// workspace. Larger workspaces come from torch's allocator per call. A call finishes with its
+// workspace before it returns and kernels call no op, so one buffer per thread is enough.
 class Workspace {
  public:
-  static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{128} << 20;
+  static constexpr uint64_t kReusedWorkspaceBytes = uint64_t{256} << 20;
   explicit Workspace(uint64_t bytes);
   void* data() const { return data_; }
 
@@ -186,6 +187,9 @@ void set_strict_mode(bool enabled);
 void install_torch_parallel_backend();
 // Stage 1's warnings (the registry's `warn: true` rules) become torch warnings, "<op>: <message>".
 void install_torch_warning_handler();
+
+// Frees the calling thread's reused workspace buffer; returns its bytes (0 if it had none).
+uint64_t release_workspace();
 
 std::string kernel_library_version();
 std::string isa_level();

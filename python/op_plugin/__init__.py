@@ -70,6 +70,13 @@ def workspace_size(op: str, *args: object, **kwargs: object) -> int:
     return int(getattr(_torch.ops.op_plugin, f"_{op}_workspace_size")(*args, **kwargs))
 
 
+def release_workspace() -> int:
+    """Frees the buffer the calling thread keeps for stage 2's workspaces (up to 256 MiB, the largest
+    it has needed; larger workspaces are allocated per call) and returns its bytes. The next call
+    that needs a workspace allocates it again."""
+    return int(_C.release_workspace())
+
+
 def isa_level() -> str:
     """The kernels' ISA level on this CPU (avx512_amx, avx512_bf16, avx512, avx2 or baseline),
     capped by OP_PLUGIN_ISA."""
@@ -81,7 +88,8 @@ def isa_level() -> str:
 cmake_prefix_path = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "share", "cmake")
 
 
-__all__ = list(_generated_names) + ["set_strict", "strict", "workspace_size", "isa_level", "cmake_prefix_path"]
+__all__ = list(_generated_names) + ["set_strict", "strict", "workspace_size", "release_workspace", "isa_level",
+                                 "cmake_prefix_path"]
 
 
 def __getattr__(name: str) -> object:

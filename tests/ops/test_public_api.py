@@ -32,7 +32,7 @@ def test_dir_lists_exactly_all() -> None:
 
 def test_all_is_the_ops_their_enums_and_the_helpers() -> None:
     ops = set(op_plugin._op_names)
-    helpers = {"set_strict", "strict", "workspace_size", "isa_level", "cmake_prefix_path"}
+    helpers = {"set_strict", "strict", "workspace_size", "release_workspace", "isa_level", "cmake_prefix_path"}
     assert set(op_plugin.__all__) == ops | {"MaskMode"} | helpers
     assert len(op_plugin.__all__) == len(set(op_plugin.__all__))
     assert isinstance(op_plugin.cmake_prefix_path, str)  # the one data name, as torch.utils has it

@@ -13,4 +13,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("build_flags", &op_plugin::build_flags);
   m.def("strict_mode", &op_plugin::strict_mode, "Whether device-compat limits are enforced");
   m.def("set_strict_mode", &op_plugin::set_strict_mode, pybind11::arg("enabled"));
+  m.def("release_workspace", &op_plugin::release_workspace,
+        "Frees the calling thread's reused stage-2 workspace buffer; returns its bytes");
 }
