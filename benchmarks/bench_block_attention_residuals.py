@@ -40,15 +40,13 @@ def bytes_moved(T: int, N: int, H: int, dtype: torch.dtype) -> int:
 
 def measure_peak(impl: str, T: int, N: int, H: int, dtype_name: str) -> float:
     """Run in a fresh process by common.peak_extra_memory_mb: peak RSS growth of one step."""
-    from common import peak_rss_mb, reset_peak_rss, rss_mb
+    from common import peak_rss_mb, reset_peak_rss, rss_mb, settle_after_warm_up
 
     xs, grad = make_inputs(T, N, H, DTYPES[dtype_name])
     step(impl, xs, grad)  # warm up allocator and code paths, then measure a second step
     for x in xs:
         x.grad = None
-    import gc
-
-    gc.collect()
+    settle_after_warm_up()
     base = rss_mb()
     reset_peak_rss()
     step(impl, xs, grad)

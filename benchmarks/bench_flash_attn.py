@@ -83,9 +83,7 @@ def useful_flops(B: int, N: int, S: int, D: int, mode: str, W: int, backward: bo
 
 def measure_peak(impl: str, B: int, N: int, S: int, D: int, dtype_name: str, mode: str, W: int) -> float:
     """Run in a fresh process by common.peak_extra_memory_mb: peak RSS growth of one fwd+bwd step."""
-    import gc
-
-    from common import peak_rss_mb, reset_peak_rss, rss_mb
+    from common import peak_rss_mb, reset_peak_rss, rss_mb, settle_after_warm_up
 
     xs = make_inputs(B, N, S, D, DTYPES[dtype_name])
     mask = band(S, W) if mode == "window" else None
@@ -97,7 +95,7 @@ def measure_peak(impl: str, B: int, N: int, S: int, D: int, dtype_name: str, mod
             run_sdpa(xs, mode, mask, True)
 
     step()  # warm up allocator and code paths, then measure a second step
-    gc.collect()
+    settle_after_warm_up()
     base = rss_mb()
     reset_peak_rss()
     step()

@@ -63,15 +63,13 @@ def output_mb(S: int, dtype: torch.dtype) -> float:
 
 def measure_peak(impl: str, S: int, dtype_name: str) -> float:
     """Run in a fresh process by common.peak_extra_memory_mb: peak RSS growth of one step."""
-    import gc
-
-    from common import peak_rss_mb, reset_peak_rss, rss_mb
+    from common import peak_rss_mb, reset_peak_rss, rss_mb, settle_after_warm_up
 
     xs, mask, grad = make_inputs(S, DTYPES[dtype_name])
     step(impl, xs, mask, grad)  # warm up allocator and code paths, then measure a second step
     for x in xs:
         x.grad = None
-    gc.collect()
+    settle_after_warm_up()
     base = rss_mb()
     reset_peak_rss()
     step(impl, xs, mask, grad)

@@ -121,6 +121,18 @@ def _status_mb(field: str) -> float:
     raise KeyError(field)
 
 
+def settle_after_warm_up() -> None:
+    """Between a warm-up step and the measured one: frees what the warm-up left collectable, and
+    the stage-2 workspace buffer op_plugin keeps per thread, so that the measured step's growth
+    counts its workspace as the step's memory rather than hiding it in the base."""
+    import gc
+
+    import op_plugin
+
+    gc.collect()
+    op_plugin.release_workspace()
+
+
 def rss_mb() -> float:
     """The current resident set size (MB)."""
     return _status_mb("VmRSS")

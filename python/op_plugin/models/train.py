@@ -153,6 +153,8 @@ def peak_step_mb(impl: str, cfg: dict, batch: int, seq_len: int, dtype_name: str
     """
     import ctypes
 
+    from op_plugin import release_workspace
+
     with open("/proc/self/status") as f:
         assert any(line.startswith("VmHWM") for line in f), "peak RSS needs Linux /proc/self/status"
     ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD
@@ -170,6 +172,7 @@ def peak_step_mb(impl: str, cfg: dict, batch: int, seq_len: int, dtype_name: str
     y = torch.randint(0, model_cfg.vocab_size, (batch, seq_len), generator=g)
     train_step(model, opt, x, y, tc.lr, tc.clip)
     gc.collect()
+    release_workspace()  # the measured step's workspaces count as its memory
     base = status_mb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:  # restart the peak (VmHWM) at the current RSS
         f.write("5")
