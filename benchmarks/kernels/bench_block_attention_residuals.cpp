@@ -27,6 +27,7 @@
 #include "op_plugin/op_api.h"
 #include "op_plugin/ops/block_attention_residuals.h"
 #include "op_plugin/ops/block_attention_residuals_grad.h"
+#include "op_plugin/workspace.h"
 
 using namespace op_plugin;
 
@@ -152,8 +153,7 @@ void bench(const char* name, opDataType dt, int runs, int64_t T_, int64_t N, int
   std::vector<float> ws_store;
   auto ws_at_least = [&](uint64_t bytes) {
     if (ws_store.size() * sizeof(float) < bytes + 64) ws_store.resize(bytes / sizeof(float) + 32);
-    const uintptr_t a = reinterpret_cast<uintptr_t>(ws_store.data());
-    return reinterpret_cast<void*>((a + 63) / 64 * 64);
+    return align_workspace(ws_store.data());
   };
   auto run_fwd = [&] {
     uint64_t ws = 0;
