@@ -75,7 +75,8 @@ setup(
         CppExtension(
             "op_plugin._C",
             binding_sources,
-            include_dirs=include_dirs,
+            # functorch_compat/: what torch's functorch headers include but its wheel lacks (vmap_glue.cpp)
+            include_dirs=include_dirs + [os.path.join(ROOT, "csrc", "bindings", "functorch_compat")],
             extra_objects=[kernels_lib],
             # -fopenmp: at::parallel_for is an inline OpenMP template; without it the kernels would run
             # on one thread. The libgomp it links is the one torch already loaded (same soname), so

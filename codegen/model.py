@@ -134,6 +134,32 @@ def outputs_shaped_by(rules: tuple[Rule, ...], outputs: tuple[OutputRule, ...], 
 
 
 @dataclass(frozen=True)
+class Axis:
+    """Where the vmapped dim goes in one tensor (registry ``vmap:``): ``axis`` (an int expression)
+    when ``when`` holds or is None, else nowhere: an input that stays shared, an output every
+    sample has alike."""
+
+    axis: Optional[Expr]  # None: never
+    when: Optional[Expr] = None
+
+
+@dataclass(frozen=True)
+class VmapRule:
+    """How torch.vmap folds its dim into the op's own batch (registry ``vmap:``): where ``when``
+    holds and every tensor input without an axis is unbatched, one call with the vmapped dim merged
+    into each input's axis (ahead of it) and split out of each output's; otherwise one call per
+    sample. ``replays`` (a condition and a tensor argument): where the condition holds, the op
+    replays random draws of the forward that made that argument, so it folds exactly when that
+    argument is batched (its forward folded) and calls per sample when it is not."""
+
+    when: Optional[Expr]
+    inputs: tuple[tuple[str, Axis], ...]  # tensor argument -> its axis; the others are shared
+    outputs: tuple[tuple[str, Axis], ...]  # every Tensor return -> its axis
+    replays: Optional[tuple[Expr, str]]
+    loc: Location
+
+
+@dataclass(frozen=True)
 class OpEntry:
     func: FunctionSchema  # as documented (the user-facing call)
     kernel: str  # the kernel's two stage functions: <kernel>GetWorkspaceSize and <kernel>
@@ -153,6 +179,7 @@ class OpEntry:
     dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     enums: tuple[tuple[str, str], ...] = ()  # int argument -> the EnumDef naming its values
     tests: Optional[TestSpec] = None  # samples:, reference:, bad_calls: (codegen/samples.py)
+    vmap: Optional[VmapRule] = None  # how torch.vmap folds into the op's batch; None: one call per sample
 
     @property
     def name(self) -> str:

@@ -276,8 +276,9 @@ class _OpPackageSources:
         self.sdk = installed_sdk()
         self.glue = os.path.join(self.sdk, SDK_BINDINGS)
         # The package's generated headers first: they must win over the SDK's op headers.
+        # functorch_compat/: what torch's functorch headers include but its wheel lacks (vmap_glue.cpp).
         self.include_dirs = [os.path.join(self.generated, "include"), os.path.join(self.sdk, "include"),
-                             os.path.dirname(self.glue)]
+                             os.path.dirname(self.glue), os.path.join(self.glue, "functorch_compat")]
         self._generated = False
 
     def generate(self) -> None:

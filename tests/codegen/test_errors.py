@@ -38,7 +38,7 @@ CASES = [
   outputs: {result0: {like: x}}
   restrict: {x: 1}
 """, [
-        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch; see docs/registry.md#entry-keys",
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
     ], id="unknown_entry_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -645,6 +645,24 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:17: f: a check needs 'expr:' and 'error:', or 'arg:' with exactly one of values/range/equals/enum",
         "reg.yaml:19: f: m already takes enum Mode",
     ], id="enums"),
+    pytest.param("""\
+- func: f(Tensor x, Tensor? m=None, int n=1) -> (Tensor y, Tensor z, int k)
+  kernel: F
+  outputs: {y: {like: x}, z: {like: x}, k: {value: "1"}}
+  vmap:
+    when: n
+    inputs: {x: 0, n: 0, m: x.dtype}
+    outputs: {y: "0 if n == 1 else None"}
+    replays: {when: n > 1}
+    fold: true
+""", [
+        "reg.yaml:5: f: vmap.when must be a condition, but it is int",
+        "reg.yaml:6: f: vmap.inputs: 'n' is not a tensor argument of f (x, m)",
+        "reg.yaml:6: f: vmap.inputs.m must be an int axis, None, or `AXIS if COND else None`, but it is dtype",
+        "reg.yaml:7: f: vmap.outputs: no axis for z (write None for an output every sample has alike)",
+        "reg.yaml:8: f: vmap.replays takes {when: <condition>, of: <the tensor argument a forward that drew the random numbers made>}; see docs/registry.md#vmap",
+        "reg.yaml:9: f: vmap: unknown key 'fold'; known: inputs, outputs, replays, when; see docs/registry.md#vmap",
+    ], id="vmap"),
     pytest.param(OK + """\
 - func: other(Tensor x) -> Tensor
   kernel: Good
@@ -670,7 +688,7 @@ func: f(Tensor x) -> Tensor
   kernel: D2
 """, [
         "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
-        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch; see docs/registry.md#entry-keys",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
         "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
         "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
         "reg.yaml:14: d: duplicate key 'kernel'",

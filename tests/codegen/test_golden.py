@@ -29,7 +29,7 @@ FIXTURES = HERE / "fixtures"
 GOLDEN = HERE / "golden"
 FIXTURE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.yaml"))
 
-PER_OP = ("bindings/{op}.cpp", "include/op_plugin/ops/{op}.h", "include/op_plugin/ops/{op}_stages.inc",
+PER_OP = ("bindings/{op}.cpp", "bindings/{op}_vmap.cpp", "include/op_plugin/ops/{op}.h", "include/op_plugin/ops/{op}_stages.inc",
           "kernels/{op}_checks.cpp")
 # Made from every entry: the Python modules. The two C++ files shared by every op name none (each
 # op's binding registers its own schema and workspace query), so no registry edit rewrites them.
@@ -140,7 +140,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     registry = str(FIXTURES / "autograd.yaml")
     _generate("autograd", out)
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
-    assert capsys.readouterr().out == "codegen: 28 files up to date\n"
+    assert capsys.readouterr().out == "codegen: 33 files up to date\n"
 
     edited = out / "bindings/toy_attn.cpp"
     hand_edit = edited.read_text() + "// a hand edit the templates know nothing about\n"
@@ -153,7 +153,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     assert edited.read_text() == hand_edit and not (out / "python/ops.pyi").exists()  # --check wrote nothing
 
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 26 unchanged")
+    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 31 unchanged")
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
 
 
