@@ -62,8 +62,27 @@ def op_context(op: OpEntry, registry: Registry) -> dict[str, Any]:
         "autograd": autograd,
         "backward_of": [],
         "random": str(op.random_when) if op.random_when is not None else "",
+        "vmap": _vmap_context(op),
         "enums": [{"arg": arg, **enum_context(registry.enum(name))} for arg, name in op.enums],
     }
+
+
+def _axis_text(axis: Any) -> str:
+    if axis is None or axis.axis is None:
+        return "none"
+    return f"`{axis.axis}` when `{axis.when}`, else none" if axis.when is not None else f"`{axis.axis}`"
+
+
+def _vmap_context(op: OpEntry) -> dict[str, Any] | None:
+    rule = op.vmap
+    if rule is None:
+        return None
+    inputs = dict(rule.inputs)
+    tensors = [a.name for a in op.func.arguments.flat_all if E.base(E.kind_of_type(a.type)) == E.TENSOR]
+    return {"when": str(rule.when) if rule.when is not None else "",
+            "inputs": [(t, _axis_text(inputs.get(t))) for t in tensors],
+            "outputs": [(n, _axis_text(a)) for n, a in rule.outputs],
+            "replays": {"when": str(rule.replays[0]), "of": rule.replays[1]} if rule.replays else None}
 
 
 def enum_context(e: EnumDef) -> dict[str, Any]:
