@@ -15,6 +15,7 @@ checks here are what a demanding user runs on a custom op:
                        trip, equal to eager at the sample's sizes and at other sizes
     check_dynamic_compile  torch.compile(dynamic=True) compiles once for every size the op accepts
     check_func_transforms  torch.func.vjp equals torch.autograd.grad (ops with an autograd pairing)
+    check_vmap         torch.vmap (and vmap of vjp) equals the op called per sample, bit for bit
     check_eager_path   no Python runs on the eager call, forward or backward, past torch's own
                        entry points (the op's Autograd kernel, binding and kernels are C++)
     check_error        one failing call per check: a mutated sample fires the check's text, in
@@ -527,6 +528,88 @@ def check_func_transforms(spec: OpSpec) -> None:
         for name, a, b in zip(names, want, got):
             a = torch.zeros_like(b) if a is None else a
             torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m: f"{spec.name} sample {i} vjp of {name}: {m}")
+
+
+def _sample_copies(spec: OpSpec, index: int, count: int, dtype: torch.dtype) -> list[dict[str, Any]]:
+    """``count`` calls like sample ``index``, with other tensor values (the same sizes and options)."""
+    seeds = [SEED + index + 7919 * k for k in range(count)]
+    if spec.samples is not None:
+        return [build_sample(spec.kinds, spec.samples[index], dtype, seed) for seed in seeds]
+    return [_backward_sample(spec, spec.forward.samples[index], dtype, seed)[0] for seed in seeds]
+
+
+def _stacked(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
+    return torch.stack(tensors, dim=dim if dim >= 0 else tensors[0].dim() + 1 + dim)
+
+
+def check_vmap(spec: OpSpec) -> None:
+    """torch.vmap over the op equals the op called on each sample, bit for bit, for every sample
+    (three copies with other values), with every tensor batched (at the front and at the back),
+    with only the first batched (the others shared by every sample), and with every other one
+    batched: the registry's fold rule (bindings/<op>_vmap.cpp) and the per-sample calls where it
+    does not fold. Ops with an autograd pairing: vmap of torch.func.vjp (per-sample gradients: the
+    backward op vmapped with its forward) and the vjp function vmapped over cotangents alone (what
+    jacrev does: the backward op vmapped with shared forward tensors), each against a loop. Int
+    outputs are left out: vmap cannot batch them, and a folded call's describe the folded call."""
+    dtype = _first_dtype(spec)
+    count = len(spec.samples if spec.samples is not None else spec.forward.samples)
+    for i in range(count):
+        copies = _sample_copies(spec, i, 3, dtype)
+        names = [n for n, v in copies[0].items() if isinstance(v, torch.Tensor)]
+        if not names:
+            continue  # nothing to vmap over
+        tensor_outputs = [n for n, v in _outputs(spec.op(**copies[0]), spec.outputs).items()
+                          if isinstance(v, torch.Tensor)]
+
+        def f(*tensors: torch.Tensor, batched: list[str], x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+            outs = _outputs(spec.op(**{**x, **dict(zip(batched, tensors))}), spec.outputs)
+            return tuple(outs[n] for n in tensor_outputs)
+
+        layouts = {"every tensor at dim 0": (names, 0), "every tensor at dim -1": (names, -1),
+                   f"only {names[0]}": (names[:1], 0), "every other tensor": (names[::2], 0)}
+        for label, (batched, dim) in layouts.items():
+            calls = [{**copies[0], **{n: c[n] for n in batched}} for c in copies]
+            want = [f(*[c[n] for n in batched], batched=batched, x=c) for c in calls]
+            got = torch.vmap(lambda *t, b=batched: f(*t, batched=b, x=copies[0]), in_dims=dim)(
+                *[_stacked([c[n] for c in calls], dim) for n in batched])
+            for name, g, *per_sample in zip(tensor_outputs, got, *want):
+                torch.testing.assert_close(g, torch.stack(per_sample), rtol=0, atol=0, equal_nan=True,
+                                           msg=lambda m: f"{spec.name} sample {i}, vmap with {label}, {name}: {m}")
+        _check_vmapped_vjp(spec, i, copies)
+
+
+def _check_vmapped_vjp(spec: OpSpec, i: int, copies: list[dict[str, Any]]) -> None:
+    names = _differentiable(spec, copies[0])
+    if not names or not spec.differentiable_outputs:
+        return
+
+    def f(*leaves: torch.Tensor, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+        outs = _outputs(spec.op(**{**x, **dict(zip(names, leaves))}), spec.outputs)
+        return tuple(outs[n] for n in spec.differentiable_outputs)
+
+    def cotangents(x: dict[str, Any], seed: int) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.randn(o.shape, generator=torch.Generator().manual_seed(seed + k)).to(o.dtype)
+                     for k, o in enumerate(f(*[x[n] for n in names], x=x)))
+
+    def vjp(primals: list[torch.Tensor], cts: tuple[torch.Tensor, ...], x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+        return torch.func.vjp(lambda *p: f(*p, x=x), *primals)[1](cts)
+
+    # The differentiable inputs differ between the samples; the other arguments are copy 0's.
+    copies = [{**copies[0], **{n: c[n] for n in names}} for c in copies]
+    cts = [cotangents(c, 100 * k) for k, c in enumerate(copies)]
+    # Per-sample gradients: the forward and its backward vmapped together.
+    want = [vjp([c[n] for n in names], ct, c) for c, ct in zip(copies, cts)]
+    got = torch.vmap(lambda p, ct: vjp(list(p), ct, copies[0]))(
+        tuple(torch.stack([c[n] for c in copies]) for n in names), tuple(torch.stack(t) for t in zip(*cts)))
+    # jacrev's shape: one forward, its vjp function vmapped over cotangents.
+    x = copies[0]
+    _, vjp_fn = torch.func.vjp(lambda *p: f(*p, x=x), *[x[n] for n in names])
+    want_ct = [vjp_fn(ct) for ct in cts]
+    got_ct = torch.vmap(vjp_fn)(tuple(torch.stack(t) for t in zip(*cts)))
+    for label, g_all, w_all in (("vmap(vjp)", got, want), ("vmap(vjp_fn) over cotangents", got_ct, want_ct)):
+        for name, g, *per_sample in zip(names, g_all, *w_all):
+            torch.testing.assert_close(g, torch.stack(per_sample), rtol=0, atol=0, equal_nan=True,
+                                       msg=lambda m: f"{spec.name} sample {i}, {label}, grad of {name}: {m}")
 
 
 def check_no_grad(spec: OpSpec) -> None:
