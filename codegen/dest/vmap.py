@@ -23,11 +23,12 @@ def _axis(render: cpp.ExprRenderer, axis: Axis | None, optional_tensor: str = ""
         return "std::nullopt"
     present = E.parse_expr(f"{optional_tensor} is not None", render.env) if optional_tensor else None
     with render.assuming(present):
-        value = f"std::optional<int64_t>({render(axis.axis)})"
-        if axis.when is not None:
+        if axis.when is None:
+            value = f"std::optional<int64_t>({render(axis.axis)})"
+        else:
             with render.assuming(axis.when):
-                value = f"std::optional<int64_t>({render(axis.axis)})"
-            value = f"({render(axis.when)}) ? {value} : std::nullopt"
+                given = f"std::optional<int64_t>({render(axis.axis)})"
+            value = f"({render(axis.when)}) ? {given} : std::nullopt"
     return f"{optional_tensor}.has_value() ? ({value}) : std::nullopt" if optional_tensor else value
 
 
