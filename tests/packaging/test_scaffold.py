@@ -95,7 +95,7 @@ def test_new_plain_op_and_pair_build_and_their_tests_pass(tmp_path: Path) -> Non
     for op in generated:
         modules[op] = _load(tmp_path / "generated" / "tests" / f"test_{op}.py", f"generated_{op}")
         ran = _run_every_test(modules[op])
-        assert {f"test_{op}_reference", f"test_{op}_opcheck", f"test_{op}_error"} <= set(ran), ran
+        assert {f"test_{op}_reference", f"test_{op}_opcheck", f"test_{op}_vmap", f"test_{op}_error"} <= set(ran), ran
     assert "test_scaffolded_pair_gradcheck" in dir(modules["scaffolded_pair"])
     assert "test_scaffolded_scale_gradcheck" not in dir(modules["scaffolded_scale"])
     # Other math in the reference: the generated reference tests are not vacuous.
