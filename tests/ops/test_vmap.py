@@ -117,15 +117,18 @@ def test_autograd_through_a_vmapped_call(layout: str) -> None:
     assert torch.autograd.gradcheck(torch.vmap(lambda x: OPS.flash_attn(x, x, x, softmax_scale=0.4, **kw)[0]), (q,))
 
 
-def test_vmap_compiles_fullgraph() -> None:
-    q = torch.randn(V, 2, 8, 2, 16)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_vmap_compiles_fullgraph(dynamic: bool) -> None:
+    """A vmapped call under torch.compile, with a shared argument (the fold repeats it per sample);
+    dynamic shapes: one graph for two sequence lengths."""
+    def f(x, kv):
+        return OPS.flash_attn(x, kv, kv, mask_mode=3, attn_mask=torch.zeros(2048, 2048, dtype=torch.int8))[0]
 
-    def f(x):
-        return OPS.flash_attn(x, x, x, mask_mode=3, attn_mask=torch.zeros(2048, 2048, dtype=torch.int8))[0]
-
-    vmapped = torch.vmap(f)
-    torch.testing.assert_close(torch.compile(vmapped, fullgraph=True, backend="aot_eager")(q), vmapped(q),
-                               rtol=0, atol=0)
+    vmapped = torch.vmap(f, in_dims=(0, None))
+    compiled = torch.compile(vmapped, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+    for s in (8, 12) if dynamic else (8,):
+        q, kv = torch.randn(V, 2, s, 2, 16), torch.randn(2, s, 2, 16)
+        torch.testing.assert_close(compiled(q, kv), vmapped(q, kv), rtol=0, atol=0)
 
 
 # ---- random draws: swa's dropout ----------------------------------------------------------------
