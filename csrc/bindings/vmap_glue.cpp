@@ -53,17 +53,21 @@ bool Level::folds(const std::optional<Fold>& fold, std::initializer_list<const A
   return true;
 }
 
-void Level::check_random(bool folds) const {
+bool Level::check_random(bool folds, bool batched) const {
   // torch's text (BatchRulesRandomness.cpp), so a vmapped random op fails as aten's do.
   TORCH_CHECK(randomness_ != Randomness::kError,
               "vmap: called random operation while in randomness error mode. Please either use the 'same' or "
               "'different' randomness flags on vmap or perform the randomness operation out of vmap");
-  TORCH_CHECK(randomness_ != Randomness::kSame, op_,
-              ": random draws under torch.vmap(randomness='same') are not supported (its backward could not "
-              "replay them); use randomness='different', or draw outside vmap");
+  if (randomness_ == Randomness::kSame) {
+    TORCH_CHECK(!batched, op_,
+                ": random draws under torch.vmap(randomness='same') with a batched tensor are not supported (its "
+                "backward could not replay them); use randomness='different', or draw outside vmap");
+    return false;
+  }
   TORCH_CHECK(folds, op_,
               ": random draws under torch.vmap need the call to fold into the op's batch, which these arguments "
               "do not allow (see the op's vmap rule in its documentation); draw outside vmap");
+  return true;
 }
 
 bool Level::replays(bool folds, const Arg& of, const char* of_name) const {

@@ -54,11 +54,13 @@ class Level {
 
   // Whether the call folds: the rule gave a fold, and every argument it gives no axis is shared.
   bool folds(const std::optional<Fold>& fold, std::initializer_list<const Arg*> args) const;
-  // An op drawing random numbers (registry `random:`): vmap's randomness flag decides. "error"
-  // raises torch's own message; "different" needs the fold (one draw for the whole folded batch, a
-  // different slice of it per sample); "same" is refused (a backward that replays the draws could
-  // not tell it from a fold).
-  void check_random(bool folds) const;
+  // An op drawing random numbers (registry `random:`): vmap's randomness flag decides, as for
+  // torch's random ops. "error" raises torch's own message. "same" over unbatched tensors is one
+  // plain call (returns false: one draw for every sample); with a batched tensor it is refused (a
+  // backward replaying the draws could not tell it from a fold). "different" needs the fold (one
+  // draw for the whole folded batch, a different slice of it per sample; unbatched tensors are
+  // repeated for it).
+  bool check_random(bool folds, bool batched) const;
   // An op replaying another call's draws (registry `vmap.replays`): it folds exactly when the
   // forward did, which is when `of` (that forward's output) is batched here; calling per sample
   // then would read another slice of the draws, so a call that cannot fold raises.

@@ -155,6 +155,25 @@ def test_dropout_under_vmap_follows_the_randomness_flag() -> None:
                                loop(lambda x: _swa(x, keep_prob=1.0), q), rtol=0, atol=0)
 
 
+def test_dropout_over_a_closed_over_tensor_follows_the_flag_too() -> None:
+    """No tensor of the call is batched (the vmapped function closes over it): torch's random ops
+    still meet the flag (vmap's FuncTorchVmapMode key), and so does swa_forward."""
+    q = torch.randn(2, 6, 2, 8)
+    index = torch.arange(V)
+    with pytest.raises(RuntimeError, match="vmap: called random operation while in randomness error mode"):
+        torch.vmap(lambda i: _swa(q))(index)
+    torch.manual_seed(8)
+    same = torch.vmap(lambda i: _swa(q), randomness="same")(index)
+    torch.manual_seed(8)
+    torch.testing.assert_close(same, _swa(q).expand(V, *q.shape), rtol=0, atol=0)
+    torch.manual_seed(8)
+    different = torch.vmap(lambda i: _swa(q), randomness="different")(index)
+    torch.manual_seed(8)
+    torch.testing.assert_close(different, _swa(q.expand(V, *q.shape).flatten(0, 1)).unflatten(0, (V, 2)),
+                               rtol=0, atol=0)
+    assert not torch.equal(different[0], different[1])
+
+
 def test_dropout_that_cannot_fold_raises() -> None:
     qt = torch.randn(V, 8, 2, 16)
     with pytest.raises(RuntimeError, match="swa_forward: random draws under torch.vmap need the call to fold"):

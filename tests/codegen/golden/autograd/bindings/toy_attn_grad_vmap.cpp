@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
 
 
 ::std::tuple<at::Tensor,at::Tensor> toy_attn_grad_batched(const at::Tensor & grad_out, const at::Tensor & q, const at::Tensor & k, const at::Tensor & out, const at::Tensor & softmax_lse, const ::std::optional<at::Tensor> & mask, double scale, bool deterministic) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("toy_attn_grad");
   const op_plugin::vmap::Arg grad_out_arg = level.unwrap(grad_out);
   const op_plugin::vmap::Arg q_arg = level.unwrap(q);

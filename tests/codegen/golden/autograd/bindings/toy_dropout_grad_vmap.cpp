@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor &, double, c10::SymIn
 
 
 at::Tensor toy_dropout_grad_batched(const at::Tensor & grad_y, double p, c10::SymInt seed, c10::SymInt numels) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("toy_dropout_grad");
   const op_plugin::vmap::Arg grad_y_arg = level.unwrap(grad_y);
   if (!op_plugin::vmap::Level::any_batched({&grad_y_arg})) return toy_dropout_grad_op().call(grad_y, p, seed, numels);

@@ -30,14 +30,20 @@ op_plugin::vmap::Plan toy_dropout_plan([[maybe_unused]] const at::Tensor & x, [[
 }
 
 ::std::tuple<at::Tensor,c10::SymInt,c10::SymInt> toy_dropout_batched(const at::Tensor & x, double p) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("toy_dropout");
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);
-  if (!op_plugin::vmap::Level::any_batched({&x_arg})) return toy_dropout_op().call(x, p);
-
+  const bool batched = op_plugin::vmap::Level::any_batched({&x_arg});
   const op_plugin::vmap::Plan plan = toy_dropout_plan(level.sample(x_arg), p);
   bool folds = level.folds(plan.fold, {&x_arg});
-  if (plan.draws) level.check_random(folds);
+  if (plan.draws) {
+    // Drawing under vmap, batched inputs or not: vmap's randomness flag decides.
+    if (!level.check_random(folds, batched)) return toy_dropout_op().call(x, p);
+  } else if (!batched) {
+    return toy_dropout_op().call(x, p);
+  }
   if (folds) {
     const op_plugin::vmap::Fold& fold = *plan.fold;
     const auto out = toy_dropout_op().call(level.fold(x_arg, fold.inputs[0]), p);
@@ -66,6 +72,12 @@ op_plugin::vmap::Plan toy_dropout_plan([[maybe_unused]] const at::Tensor & x, [[
 }  // namespace
 
 TORCH_LIBRARY_IMPL(op_plugin, FuncTorchBatched, m) {
+  m.impl("toy_dropout", TORCH_FN(toy_dropout_batched));
+}
+
+// A random op meets vmap's randomness flag even when none of its tensors is batched (a tensor
+// closed over by the vmapped function), as torch's random ops do: vmap includes this key.
+TORCH_LIBRARY_IMPL(op_plugin, FuncTorchVmapMode, m) {
   m.impl("toy_dropout", TORCH_FN(toy_dropout_batched));
 }
 

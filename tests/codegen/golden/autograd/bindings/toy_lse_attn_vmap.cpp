@@ -33,7 +33,9 @@ op_plugin::vmap::Plan toy_lse_attn_plan([[maybe_unused]] const at::Tensor & q, [
 }
 
 ::std::tuple<at::Tensor,at::Tensor> toy_lse_attn_batched(const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & bias, bool return_lse) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("toy_lse_attn");
   const op_plugin::vmap::Arg q_arg = level.unwrap(q);
   const op_plugin::vmap::Arg k_arg = level.unwrap(k);

@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor &, int64_t, ::std::op
 
 
 at::Tensor paint_batched(const at::Tensor & x, int64_t shade, ::std::optional<int64_t> edge) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("paint");
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);
   if (!op_plugin::vmap::Level::any_batched({&x_arg})) return paint_op().call(x, shade, edge);

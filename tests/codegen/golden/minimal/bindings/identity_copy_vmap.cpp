@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor &)>& identity_copy_op
 
 
 at::Tensor identity_copy_batched(const at::Tensor & x) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("identity_copy");
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);
   if (!op_plugin::vmap::Level::any_batched({&x_arg})) return identity_copy_op().call(x);

@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
 
 
 ::std::tuple<at::Tensor,at::Tensor> masked_mix_batched(const at::Tensor & x, const ::std::optional<at::Tensor> & bias, c10::string_view layout, at::OptionalIntArrayRef sizes, ::std::optional<int64_t> window, bool flag, c10::string_view layout_out, double alpha, int64_t groups) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("masked_mix");
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);
   const op_plugin::vmap::Arg bias_arg = level.unwrap(bias);

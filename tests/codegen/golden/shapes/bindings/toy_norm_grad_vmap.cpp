@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
 
 
 ::std::tuple<at::Tensor,at::Tensor> toy_norm_grad_batched(const at::Tensor & grad_y, const at::Tensor & x, const at::Tensor & weight, const at::Tensor & rstd) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("toy_norm_grad");
   const op_plugin::vmap::Arg grad_y_arg = level.unwrap(grad_y);
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);

@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
 
 
 ::std::tuple<at::Tensor,at::Tensor> toy_norm_batched(const at::Tensor & x, const at::Tensor & weight, double eps, bool return_rstd) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("toy_norm");
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);
   const op_plugin::vmap::Arg weight_arg = level.unwrap(weight);

@@ -24,7 +24,9 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor &, at::IntArrayRef, i
 
 
 at::Tensor toy_view_batched(const at::Tensor & x, at::IntArrayRef size, int64_t start) {
-  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  // Below both vmap keys: the calls this rule makes are one level down.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchVmapMode}));
   const op_plugin::vmap::Level level("toy_view");
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);
   if (!op_plugin::vmap::Level::any_batched({&x_arg})) return toy_view_op().call(x, size, start);
