@@ -15,7 +15,7 @@ checks here are what a demanding user runs on a custom op:
                        trip, equal to eager at the sample's sizes and at other sizes
     check_dynamic_compile  torch.compile(dynamic=True) compiles once for every size the op accepts
     check_func_transforms  torch.func.vjp equals torch.autograd.grad (ops with an autograd pairing)
-    check_vmap         torch.vmap (and vmap of vjp) equals the op called per sample, bit for bit
+    check_vmap         torch.vmap (and vmap of vjp) equals the op called per sample, up to rounding
     check_eager_path   no Python runs on the eager call, forward or backward, past torch's own
                        entry points (the op's Autograd kernel, binding and kernels are C++)
     check_error        one failing call per check: a mutated sample fires the check's text, in
@@ -543,14 +543,16 @@ def _stacked(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
 
 
 def check_vmap(spec: OpSpec) -> None:
-    """torch.vmap over the op equals the op called on each sample, bit for bit, for every sample
+    """torch.vmap over the op equals the op called on each sample, for every sample
     (three copies with other values), with every tensor batched (at the front and at the back),
     with only the first batched (the others shared by every sample), and with every other one
     batched: the registry's fold rule (bindings/<op>_vmap.cpp) and the per-sample calls where it
     does not fold. Ops with an autograd pairing: vmap of torch.func.vjp (per-sample gradients: the
     backward op vmapped with its forward) and the vjp function vmapped over cotangents alone (what
-    jacrev does: the backward op vmapped with shared forward tensors), each against a loop. Int
-    outputs are left out: vmap cannot batch them, and a folded call's describe the folded call."""
+    jacrev does: the backward op vmapped with shared forward tensors), each against a loop. Equal
+    up to rounding (torch's default tolerance of the dtype): a fold changes B, and a kernel's plan
+    may depend on it (the flash backward's key chunks when B x N is small), which reorders a sum.
+    Int outputs are left out: vmap cannot batch them, and a folded call's describe the folded call."""
     dtype = _first_dtype(spec)
     count = len(spec.samples if spec.samples is not None else spec.forward.samples)
     for i in range(count):
@@ -573,7 +575,7 @@ def check_vmap(spec: OpSpec) -> None:
             got = torch.vmap(lambda *t, b=batched: f(*t, batched=b, x=copies[0]), in_dims=dim)(
                 *[_stacked([c[n] for c in calls], dim) for n in batched])
             for name, g, *per_sample in zip(tensor_outputs, got, *want):
-                torch.testing.assert_close(g, torch.stack(per_sample), rtol=0, atol=0, equal_nan=True,
+                torch.testing.assert_close(g, torch.stack(per_sample), equal_nan=True,
                                            msg=lambda m: f"{spec.name} sample {i}, vmap with {label}, {name}: {m}")
         _check_vmapped_vjp(spec, i, copies)
 
@@ -608,7 +610,7 @@ def _check_vmapped_vjp(spec: OpSpec, i: int, copies: list[dict[str, Any]]) -> No
     got_ct = torch.vmap(vjp_fn)(tuple(torch.stack(t) for t in zip(*cts)))
     for label, g_all, w_all in (("vmap(vjp)", got, want), ("vmap(vjp_fn) over cotangents", got_ct, want_ct)):
         for name, g, *per_sample in zip(names, g_all, *w_all):
-            torch.testing.assert_close(g, torch.stack(per_sample), rtol=0, atol=0, equal_nan=True,
+            torch.testing.assert_close(g, torch.stack(per_sample), equal_nan=True,
                                        msg=lambda m: f"{spec.name} sample {i}, {label}, grad of {name}: {m}")
 
 
