@@ -100,6 +100,18 @@ def test_a_fold_that_changes_the_kernels_plan_agrees_up_to_rounding() -> None:
     assert_per_sample(out, loop(vjp, q, ct))
 
 
+def test_the_readmes_per_sample_gradients() -> None:
+    """README's example: vmap of grad makes one flash_attn_grad kernel call for the 16 samples."""
+    xs = torch.randn(16, 1, 64, 8, 64)
+
+    def loss(x):
+        return op_plugin.flash_attn(x, x, x, softmax_scale=0.125)[0].square().sum()
+
+    per_sample, calls = kernel_calls("flash_attn_grad", torch.vmap(torch.func.grad(loss)), xs)
+    assert calls == 1
+    assert_per_sample(per_sample, torch.stack([torch.func.grad(loss)(x) for x in xs]))
+
+
 def test_no_fallback_warning_and_int_returns_work() -> None:
     """torch's BatchedFallback warns per op and refuses int returns (swa_forward's seed, offset and
     numels); each op has its own rule instead."""
