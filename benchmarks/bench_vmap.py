@@ -12,8 +12,6 @@ its registry rule allows. Rows, each as the median of alternating runs:
 """
 from __future__ import annotations
 
-import statistics
-import time
 import warnings
 from collections.abc import Callable
 
@@ -22,23 +20,19 @@ import torch.nn.functional as F
 
 import op_plugin  # noqa: F401
 from op_plugin import reference
+from op_plugin.timing import interleaved_medians
 
 OPS = torch.ops.op_plugin
 # torch's own warning for the baseline: SDPA's CPU backward has no batching rule (BatchedFallback).
 warnings.filterwarnings("ignore", message="There is a performance drop")
 
 
-def _median_pair(fns: list[Callable[[], object]], runs: int = 9, calls: int = 3) -> list[float]:
-    for f in fns:
-        f()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(runs):
-        for i, f in enumerate(fns):
-            start = time.perf_counter()
-            for _ in range(calls):
-                f()
-            times[i].append((time.perf_counter() - start) / calls)
-    return [statistics.median(t) for t in times]
+def _row(workload: str, fns: list[Callable[[], object]], repeat: int, calls: int = 1) -> dict:
+    """fns: the folded vmap, PyTorch under vmap, the per-sample loop; each runs `calls` calls."""
+    folded, torch_vmap, per_sample = (t / calls for t in interleaved_medians(fns, [repeat] * 3))
+    return {"workload": workload, "dtype": "float32", "op_plugin_s": folded, "pytorch_s": torch_vmap,
+            "speedup": torch_vmap / folded, "throughput": f"fold vs per-sample loop {per_sample / folded:.2f}x",
+            "peak_extra_mb": "-"}
 
 
 def _flash_rows(quick: bool) -> list[dict]:
@@ -56,13 +50,10 @@ def _flash_rows(quick: bool) -> list[dict]:
                                                              is_causal=True).transpose(1, 2))
         return torch.func.vjp(f, q1, k1, v1)[1](c1)
 
-    folded, torch_vmap, per_sample = _median_pair([
+    return [_row(f"vmap(vjp) flash_attn causal V{V} B1 S{S} N{N} D{D}", [
         lambda: torch.vmap(ours)(q, k, v, ct),
         lambda: torch.vmap(sdpa)(q, k, v, ct),
-        lambda: [ours(q[i], k[i], v[i], ct[i]) for i in range(V)]])
-    return [{"workload": f"vmap(vjp) flash_attn causal V{V} B1 S{S} N{N} D{D}", "dtype": "float32",
-             "op_plugin_s": folded, "pytorch_s": torch_vmap, "speedup": torch_vmap / folded,
-             "throughput": f"fold vs per-sample loop {per_sample / folded:.2f}x", "peak_extra_mb": "-"}]
+        lambda: [ours(q[i], k[i], v[i], ct[i]) for i in range(V)]], repeat=15)]
 
 
 def _decode_rows(quick: bool) -> list[dict]:
@@ -78,14 +69,17 @@ def _decode_rows(quick: bool) -> list[dict]:
     def sdpa(q1, k1, v1):
         return F.scaled_dot_product_attention(q1.transpose(1, 2), k1.transpose(1, 2), v1.transpose(1, 2)).transpose(1, 2)
 
+    def times(fn: Callable[[], object], calls: int = 20) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(calls):
+                fn()
+        return run
+
     with torch.no_grad():
-        folded, torch_vmap, per_sample = _median_pair([
-            lambda: torch.vmap(ours)(q, k, v),
-            lambda: torch.vmap(sdpa)(q, k, v),
-            lambda: [ours(q[i], k[i], v[i]) for i in range(V)]], calls=50)
-    return [{"workload": f"vmap flash_attn decode V{V} B1 Sq1 Skv{SKV} N{N} D{D}", "dtype": "float32",
-             "op_plugin_s": folded, "pytorch_s": torch_vmap, "speedup": torch_vmap / folded,
-             "throughput": f"fold vs per-sample loop {per_sample / folded:.2f}x", "peak_extra_mb": "-"}]
+        return [_row(f"vmap flash_attn decode V{V} B1 Sq1 Skv{SKV} N{N} D{D}", [
+            times(lambda: torch.vmap(ours)(q, k, v)),
+            times(lambda: torch.vmap(sdpa)(q, k, v)),
+            times(lambda: [ours(q[i], k[i], v[i]) for i in range(V)])], repeat=15, calls=20)]
 
 
 def _floyd_rows(quick: bool) -> list[dict]:
@@ -99,13 +93,10 @@ def _floyd_rows(quick: bool) -> list[dict]:
     def composite(q, k1, v1, k2, v2):
         return reference.floyd_reference(q, k1, v1, k2, v2, None, D ** -0.5)
 
-    folded, torch_vmap, per_sample = _median_pair([
+    return [_row(f"vmap fused_floyd_attention V{V} B1 H{H} N=M=K={S} D{D}", [
         lambda: torch.vmap(ours)(*xs),
         lambda: torch.vmap(composite)(*xs),
-        lambda: [ours(*[x[i] for x in xs]) for i in range(V)]])
-    return [{"workload": f"vmap fused_floyd_attention V{V} B1 H{H} N=M=K={S} D{D}", "dtype": "float32",
-             "op_plugin_s": folded, "pytorch_s": torch_vmap, "speedup": torch_vmap / folded,
-             "throughput": f"fold vs per-sample loop {per_sample / folded:.2f}x", "peak_extra_mb": "-"}]
+        lambda: [ours(*[x[i] for x in xs]) for i in range(V)]], repeat=15)]
 
 
 def run(quick: bool = False) -> list[dict]:
