@@ -58,6 +58,18 @@ def _context(registry: Registry, op: OpEntry) -> dict[str, Any]:
     env = {a.name: a.kind for a in args}
     render = cpp.ExprRenderer(env)
     rule = op.vmap
+    # The tensors the plan reads get sample 0's view; the others are passed as they came (unread).
+    exprs = [op.random_when] if op.random_when is not None else []
+    if rule is not None:
+        exprs += [rule.when] if rule.when is not None else []
+        exprs += [rule.replays[0]] if rule.replays is not None else []
+        exprs += [e for _, a in rule.inputs + rule.outputs for e in (a.axis, a.when) if e is not None]
+    read = set().union(*(e.names() for e in exprs)) if exprs else set()  # arguments, tensors or not
+
+    def sample(a: cpp.BindingArg) -> str:
+        if a.name not in read or E.base(a.kind) != E.TENSOR:
+            return a.name
+        return f"level.sample{'_optional' if a.kind.endswith(E.OPTIONAL) else ''}({a.name}_arg)"
     fold = None
     if rule is not None:
         inputs, outputs = dict(rule.inputs), dict(rule.outputs)
@@ -80,7 +92,7 @@ def _context(registry: Registry, op: OpEntry) -> dict[str, Any]:
         "names": ", ".join(a.name for a in args),
         "tensors": [{"name": t.name} for t in tensors],
         "arg_list": ", ".join(f"&{t.name}_arg" for t in tensors),
-        "sample_args": call_args("level.sample{opt}({name}_arg)"),
+        "sample_args": ", ".join(sample(a) for a in args),
         "fold_args": call_args("level.fold{opt}({name}_arg, fold.inputs[{i}])"),
         "select_args": call_args("level.select{opt}({name}_arg, i)"),
         "fold": fold,

@@ -90,7 +90,7 @@ std::optional<at::Tensor> Level::fold_optional(const Arg& a, std::optional<int64
               " is out of range for an argument of ", logical_dim, " dims");
   at::Tensor moved;
   if (a.bdim.has_value()) {
-    moved = t.movedim(*a.bdim, *axis);
+    moved = *a.bdim == *axis ? t : t.movedim(*a.bdim, *axis);
   } else {
     // A shared argument: every sample's slice of the folded batch holds it.
     std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());

@@ -41,7 +41,7 @@ op_plugin::vmap::Plan toy_attn_plan([[maybe_unused]] const at::Tensor & q, [[may
   const op_plugin::vmap::Arg mask_arg = level.unwrap(mask);
   if (!op_plugin::vmap::Level::any_batched({&q_arg, &k_arg, &mask_arg})) return toy_attn_op().call(q, k, mask, scale);
 
-  const op_plugin::vmap::Plan plan = toy_attn_plan(level.sample(q_arg), level.sample(k_arg), level.sample_optional(mask_arg), scale);
+  const op_plugin::vmap::Plan plan = toy_attn_plan(q, k, mask, scale);
   const bool folds = level.folds(plan.fold, {&q_arg, &k_arg, &mask_arg});
   if (folds) {
     const op_plugin::vmap::Fold& fold = *plan.fold;

@@ -36,7 +36,7 @@ op_plugin::vmap::Plan toy_dropout_plan([[maybe_unused]] const at::Tensor & x, [[
   const op_plugin::vmap::Level level("toy_dropout");
   const op_plugin::vmap::Arg x_arg = level.unwrap(x);
   const bool batched = op_plugin::vmap::Level::any_batched({&x_arg});
-  const op_plugin::vmap::Plan plan = toy_dropout_plan(level.sample(x_arg), p);
+  const op_plugin::vmap::Plan plan = toy_dropout_plan(x, p);
   bool folds = level.folds(plan.fold, {&x_arg});
   if (plan.draws) {
     // Drawing under vmap, batched inputs or not: vmap's randomness flag decides.

@@ -42,7 +42,7 @@ op_plugin::vmap::Plan toy_lse_attn_plan([[maybe_unused]] const at::Tensor & q, [
   const op_plugin::vmap::Arg bias_arg = level.unwrap(bias);
   if (!op_plugin::vmap::Level::any_batched({&q_arg, &k_arg, &bias_arg})) return toy_lse_attn_op().call(q, k, bias, return_lse);
 
-  const op_plugin::vmap::Plan plan = toy_lse_attn_plan(level.sample(q_arg), level.sample(k_arg), level.sample_optional(bias_arg), return_lse);
+  const op_plugin::vmap::Plan plan = toy_lse_attn_plan(q, k, level.sample_optional(bias_arg), return_lse);
   const bool folds = level.folds(plan.fold, {&q_arg, &k_arg, &bias_arg});
   if (folds) {
     const op_plugin::vmap::Fold& fold = *plan.fold;
