@@ -160,6 +160,16 @@ class VmapRule:
 
 
 @dataclass(frozen=True)
+class AutocastRule:
+    """What torch.autocast on the CPU casts before the op runs (registry ``autocast:``): the listed
+    tensor arguments, by one of torch's cast policies (lower_precision_fp, fp32, promote)."""
+
+    policy: str
+    inputs: tuple[str, ...]
+    loc: Location
+
+
+@dataclass(frozen=True)
 class OpEntry:
     func: FunctionSchema  # as documented (the user-facing call)
     kernel: str  # the kernel's two stage functions: <kernel>GetWorkspaceSize and <kernel>
@@ -180,6 +190,7 @@ class OpEntry:
     enums: tuple[tuple[str, str], ...] = ()  # int argument -> the EnumDef naming its values
     tests: Optional[TestSpec] = None  # samples:, reference:, bad_calls: (codegen/samples.py)
     vmap: Optional[VmapRule] = None  # how torch.vmap folds into the op's batch; None: one call per sample
+    autocast: Optional[AutocastRule] = None  # what torch.autocast casts; None: autocast leaves the op alone
 
     @property
     def name(self) -> str:

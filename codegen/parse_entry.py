@@ -13,11 +13,12 @@ from codegen import torch_version as TV
 from codegen.model import Check, EnumDef, IntOutputRule, Location, OutputRule, Rule
 from codegen.parse_checks import parse_checks, parse_dtypes
 from codegen.parse_common import Errors, Invalid, at_key, expr_text, keys_of, line_of, name_hint, see
+from codegen.parse_autocast import parse_autocast
 from codegen.parse_vmap import parse_vmap
 from codegen.samples import TEST_KEYS, parse_tests
 
-ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "vmap", "tags", "doc",
-              "torch", *TEST_KEYS}
+ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "vmap", "autocast",
+              "tags", "doc", "torch", *TEST_KEYS}
 ENUM_KEYS = {"enum", "members", "doc"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
 PYTHON_KEYS = {"returns"}
@@ -112,6 +113,7 @@ def parse_entry(e: dict[str, Any], path: str, errors: Errors,
     outputs, int_outputs = _parse_outputs(e, func, name, env, path, errors)
     random_when = _parse_random(e, name, env, errors)
     vmap = parse_vmap(e, name, func, path, errors)
+    autocast = parse_autocast(e, name, func, path, errors)
     for rule in rules:
         if isinstance(rule, Check) and any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "data_dependent"
                                            for n in ast.walk(rule.expr.tree)):
@@ -133,7 +135,8 @@ def parse_entry(e: dict[str, Any], path: str, errors: Errors,
         spec, dict) else ()
     return dict(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs), dtypes=dtypes,
                 python_returns=python_returns, tags=tuple(tags), doc=doc.strip(), loc=Location(path, line),
-                int_outputs=tuple(int_outputs), random_when=random_when, vmap=vmap, enums=tuple(enum_args.items()),
+                int_outputs=tuple(int_outputs), random_when=random_when, vmap=vmap, autocast=autocast,
+                enums=tuple(enum_args.items()),
                 tests=parse_tests(e, func, name, errors.add))
 
 

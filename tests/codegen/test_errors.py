@@ -38,7 +38,7 @@ CASES = [
   outputs: {result0: {like: x}}
   restrict: {x: 1}
 """, [
-        "reg.yaml:4: f: unknown key 'restrict'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
     ], id="unknown_entry_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -663,6 +663,29 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:8: f: vmap.replays takes {when: <condition>, of: <the tensor argument a forward that drew the random numbers made>}; see docs/registry.md#vmap",
         "reg.yaml:9: f: vmap: unknown key 'fold'; known: inputs, outputs, replays, when; see docs/registry.md#vmap",
     ], id="vmap"),
+    pytest.param("""\
+- func: f(Tensor x, Tensor m, int n=1) -> Tensor
+  kernel: F
+  dtypes: {m: [bool_, uint8]}
+  outputs: {result0: {like: x}}
+  autocast: {policy: bf16, inputs: [x, n, m, x], cast: true}
+- func: g(Tensor x) -> Tensor
+  kernel: G
+  outputs: {result0: {like: x}}
+  autocast: [x]
+- func: h(Tensor x) -> Tensor
+  kernel: H
+  outputs: {result0: {like: x}}
+  autocast: {policy: fp32}
+""", [
+        "reg.yaml:5: f: autocast: unknown key 'cast'; known: inputs, policy; see docs/registry.md#autocast",
+        "reg.yaml:5: f: autocast.policy must be one of lower_precision_fp, fp32, promote, but got 'bf16'",
+        "reg.yaml:5: f: autocast.inputs: 'n' is not a tensor argument of f (x, m)",
+        "reg.yaml:5: f: autocast.inputs: m takes no floating dtype (bool_, uint8), and autocast casts floating tensors only",
+        "reg.yaml:5: f: autocast.inputs names a tensor twice",
+        "reg.yaml:9: g: 'autocast:' takes {policy: lower_precision_fp | fp32 | promote, inputs: [tensor arguments]}; see docs/registry.md#autocast",
+        "reg.yaml:13: h: autocast.inputs must list the tensor arguments autocast casts; see docs/registry.md#autocast",
+    ], id="autocast"),
     pytest.param(OK + """\
 - func: other(Tensor x) -> Tensor
   kernel: Good
@@ -688,7 +711,7 @@ func: f(Tensor x) -> Tensor
   kernel: D2
 """, [
         "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
-        "reg.yaml:6: b: unknown key 'color'; known keys: autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
         "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
         "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
         "reg.yaml:14: d: duplicate key 'kernel'",

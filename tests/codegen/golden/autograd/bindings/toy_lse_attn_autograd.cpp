@@ -30,7 +30,7 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
   return op;
 }
 
-// autograd.yaml:41: toy_lse_attn -> toy_attn_grad
+// autograd.yaml:42: toy_lse_attn -> toy_attn_grad
 // Input edges: one per tensor argument, in order (q, k, bias); a None optional
 // has an empty edge. Incoming gradients: one per differentiable output (out).
 struct ToyLseAttnBackward : torch::autograd::TraceableFunction {

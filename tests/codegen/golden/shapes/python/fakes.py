@@ -28,7 +28,7 @@ def _toy_norm_fake(x: Tensor, weight: Tensor, eps: float = 1e-06, return_rstd: b
     )
 
 
-# shapes.yaml:22
+# shapes.yaml:23
 @torch.library.register_fake("op_plugin::toy_norm_grad")
 def _toy_norm_grad_fake(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor):
     _same_device("toy_norm_grad", grad_y=grad_y, x=x, weight=weight, rstd=rstd)
@@ -40,7 +40,7 @@ def _toy_norm_grad_fake(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor)
     )
 
 
-# shapes.yaml:31
+# shapes.yaml:32
 @torch.library.register_fake("op_plugin::toy_view")
 def _toy_view_fake(x: Tensor, size: Sequence[int], start: int = 1):
     torch._check(len(size) >= 1 and size[0] == x.shape[0], lambda: 'toy_view: ' + "size must start with x's first dim " + _fmt(x.shape[0]) + ', but got ' + _fmt(size))

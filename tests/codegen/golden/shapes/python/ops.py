@@ -44,7 +44,7 @@ def toy_norm_grad(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor) -> tu
         grad_y must have the shape of x {x.shape}, but got {grad_y.shape}
         rstd must have shape {x.shape[:-1] + [1]}, but got {rstd.shape}
 
-    Registry: shapes.yaml:22
+    Registry: shapes.yaml:23
     """
     grad_x, grad_weight = torch.ops.op_plugin.toy_norm_grad(grad_y, x, weight, rstd)
     return grad_x, grad_weight
@@ -63,7 +63,7 @@ def toy_view(x: Tensor, size: Sequence[int], start: int = 1) -> Tensor:
         size must start with x's first dim {x.shape[0]}, but got {size}
         x.shape[{start}:] must be {size[1:]}, but got {x.shape[start:]}
 
-    Registry: shapes.yaml:31
+    Registry: shapes.yaml:32
     """
     result0 = torch.ops.op_plugin.toy_view(x, size, start)
     return result0
