@@ -63,6 +63,7 @@ def op_context(op: OpEntry, registry: Registry) -> dict[str, Any]:
         "backward_of": [],
         "random": str(op.random_when) if op.random_when is not None else "",
         "vmap": _vmap_context(op),
+        "autocast": {"policy": op.autocast.policy, "inputs": list(op.autocast.inputs)} if op.autocast else None,
         "enums": [{"arg": arg, **enum_context(registry.enum(name))} for arg, name in op.enums],
     }
 

@@ -151,6 +151,7 @@ def _op_context(registry: Registry, op: OpEntry) -> Optional[dict[str, Any]]:
         "reference": _reference_context(op, op.tests.reference if op.tests else None),
         "checks": _checks(op),
         "differentiable_inputs": [], "differentiable_outputs": [], "forward": None,
+        "autocast": {"policy": op.autocast.policy, "inputs": list(op.autocast.inputs)} if op.autocast else None,
     }
     if op.autograd is not None:
         pair = op.autograd

@@ -16,6 +16,8 @@ checks here are what a demanding user runs on a custom op:
     check_dynamic_compile  torch.compile(dynamic=True) compiles once for every size the op accepts
     check_func_transforms  torch.func.vjp equals torch.autograd.grad (ops with an autograd pairing)
     check_vmap         torch.vmap (and vmap of vjp) equals the op called per sample, up to rounding
+    check_autocast     under torch.autocast the op makes the call its autocast: rule says, bit for bit,
+                       forward, backward, in fake mode and compiled (ops with an autocast: rule)
     check_eager_path   no Python runs on the eager call, forward or backward, past torch's own
                        entry points (the op's Autograd kernel, binding and kernels are C++)
     check_error        one failing call per check: a mutated sample fires the check's text, in
@@ -76,6 +78,14 @@ class ForwardSpec:
 
 
 @dataclass(frozen=True)
+class AutocastSpec:
+    """The registry's autocast: rule: torch's cast policy and the tensor arguments it casts."""
+
+    policy: str  # lower_precision_fp | fp32 | promote
+    inputs: list[str]
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     op: Any
@@ -92,6 +102,7 @@ class OpSpec:
     reference: Optional[Callable[..., Any]] = None
     reference_returns: list[str] = field(default_factory=list)
     forward: Optional[ForwardSpec] = None
+    autocast: Optional[AutocastSpec] = None
 
 
 # ---- error budget ---------------------------------------------------------------------------------
@@ -612,6 +623,112 @@ def _check_vmapped_vjp(spec: OpSpec, i: int, copies: list[dict[str, Any]]) -> No
         for name, g, *per_sample in zip(names, g_all, *w_all):
             torch.testing.assert_close(g, torch.stack(per_sample), equal_nan=True,
                                        msg=lambda m: f"{spec.name} sample {i}, {label}, grad of {name}: {m}")
+
+
+def _autocast_call(spec: OpSpec, x: dict[str, Any], to: torch.dtype) -> dict[str, Any]:
+    """The call torch.autocast(dtype=to) should turn ``x`` into: the rule's floating inputs, float64
+    ones excepted, cast by its policy (torch's: aten/src/ATen/autocast_mode.h)."""
+    rule = spec.autocast
+    cast = [n for n in rule.inputs
+            if isinstance(x.get(n), torch.Tensor) and x[n].is_floating_point() and x[n].dtype != torch.float64]
+    target = {"lower_precision_fp": to, "fp32": torch.float32,
+              "promote": torch.float32 if any(x[n].dtype == torch.float32 for n in cast) else to}[spec.autocast.policy]
+    return {**x, **{n: x[n].to(target) for n in cast}}
+
+
+def _seeded(spec: OpSpec, x: dict[str, Any]) -> dict[str, Any]:
+    torch.manual_seed(SEED)  # a random op draws the same numbers in both calls
+    return _outputs(spec.op(**x), spec.outputs)
+
+
+def _assert_same(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
+    for name, w in want.items():
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(got[name], w, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{what}, {name}: {m}")
+        else:
+            assert got[name] == w, f"{what}: {name} {got[name]} != {w}"
+
+
+def check_autocast(spec: OpSpec) -> None:
+    """Under torch.autocast on the CPU (bfloat16 and float16) the op makes the call its autocast: rule
+    says (bindings/<op>_autocast.cpp), bit for bit: float32 inputs, the rule's first input alone in the
+    autocast dtype (a mix the op refuses outside autocast), float64 inputs (never cast). Its
+    gradients reach float32 leaves in float32, equal to those through explicit casts; fake mode gives
+    eager's shapes and dtypes; the eager call runs no Python (the autocast kernel is C++);
+    torch.compile(fullgraph=True) with autocast inside gives eager's outputs and gradients."""
+    rule = spec.autocast
+    takes = (lambda dt: not spec.dtypes or dt in spec.dtypes)
+    # Under lower_precision_fp an op that refuses autocast's dtype refuses the cast call too, as torch's
+    # ops do: only the autocast dtypes it takes are tested.
+    autocast_dtypes = [to for to in (torch.bfloat16, torch.float16) if rule.policy != "lower_precision_fp" or takes(to)]
+    for i, x32 in enumerate(samples(spec, torch.float32)):
+        for to in autocast_dtypes:
+            first = rule.inputs[0]
+            calls = {"float32 inputs": x32, f"{first} in {to}": {**x32, first: x32[first].to(to)}}
+            if takes(torch.float64):
+                calls["float64 inputs"] = samples(spec, torch.float64)[i]
+            for label, x in calls.items():
+                what = f"{spec.name} sample {i}, autocast to {to}, {label}"
+                with torch.autocast("cpu", dtype=to):
+                    got = _seeded(spec, x)
+                    with FakeTensorMode() as mode:
+                        fake = _shapes(tuple(_outputs(spec.op(**_fake(mode, x)), spec.outputs).values()))
+                _assert_same(got, _seeded(spec, _autocast_call(spec, x, to)), what)
+                eager = _shapes(tuple(got.values()))
+                assert fake == eager, f"{what}: fake outputs {fake}, eager {eager}"
+        _check_autocast_grads(spec, i, x32)
+    x = samples(spec, torch.float32)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, calls = _python_calls(lambda: spec.op(**x))
+    assert not calls, f"{spec.name}: the call under autocast ran Python: {calls}"
+    _check_autocast_compile(spec, x)
+
+
+def _autocast_loss(spec: OpSpec, outs: dict[str, Any]) -> torch.Tensor:
+    weights = [torch.randn(outs[n].shape, generator=torch.Generator().manual_seed(k)).to(outs[n].dtype)
+               for k, n in enumerate(spec.differentiable_outputs)]
+    return sum((outs[n].float() * w.float()).sum() for n, w in zip(spec.differentiable_outputs, weights))
+
+
+def _check_autocast_grads(spec: OpSpec, i: int, x: dict[str, Any]) -> None:
+    names = _differentiable(spec, x)
+    if not names or not spec.differentiable_outputs:
+        return
+    grads = []
+    for under_autocast in (True, False):
+        leaves = {n: x[n].detach().requires_grad_() for n in names}
+        call = {**x, **leaves}
+        if under_autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                outs = _seeded(spec, call)
+        else:
+            outs = _seeded(spec, _autocast_call(spec, call, torch.bfloat16))
+        grads.append(torch.autograd.grad(_autocast_loss(spec, outs), list(leaves.values())))
+    for name, got, want in zip(names, *grads):
+        assert got.dtype == x[name].dtype, f"{spec.name} sample {i}: grad of {name} is {got.dtype}, its leaf {x[name].dtype}"
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True,
+                                   msg=lambda m: f"{spec.name} sample {i}, autocast grad of {name}: {m}")
+
+
+def _check_autocast_compile(spec: OpSpec, x: dict[str, Any]) -> None:
+    names = _differentiable(spec, x) if spec.differentiable_outputs else []
+    torch._dynamo.reset()
+
+    def run(leaves: dict[str, torch.Tensor]) -> dict[str, Any]:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return _outputs(spec.op(**{**x, **leaves}), spec.outputs)
+
+    compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
+    results = []
+    for fn in (run, compiled):
+        leaves = {n: x[n].detach().requires_grad_() for n in names}
+        torch.manual_seed(SEED)
+        outs = fn(leaves)
+        grads = torch.autograd.grad(_autocast_loss(spec, outs), list(leaves.values())) if names else ()
+        results.append((outs, dict(zip(names, grads))))
+    (want, want_grads), (got, got_grads) = results
+    _assert_same(got, want, f"{spec.name} compiled under autocast")
+    _assert_same(got_grads, want_grads, f"{spec.name} compiled under autocast, grads")
 
 
 def check_no_grad(spec: OpSpec) -> None:

@@ -96,6 +96,8 @@ def test_new_plain_op_and_pair_build_and_their_tests_pass(tmp_path: Path) -> Non
         modules[op] = _load(tmp_path / "generated" / "tests" / f"test_{op}.py", f"generated_{op}")
         ran = _run_every_test(modules[op])
         assert {f"test_{op}_reference", f"test_{op}_opcheck", f"test_{op}_vmap", f"test_{op}_error"} <= set(ran), ran
+        # the forward entries' autocast: rule (a backward is called by autograd in the forward's dtypes)
+        assert (f"test_{op}_autocast" in ran) == (not op.endswith("_backward")), ran
     assert "test_scaffolded_pair_gradcheck" in dir(modules["scaffolded_pair"])
     assert "test_scaffolded_scale_gradcheck" not in dir(modules["scaffolded_scale"])
     # Other math in the reference: the generated reference tests are not vacuous.
