@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "autocast_bfloat16")  # the last: float32 weights, torch.autocast
 
 
 def config(quick: bool):
@@ -53,7 +53,7 @@ def run(quick: bool = False) -> list[dict[str, object]]:
         for impl in train.IMPLS:
             model = train.make_model(impl, cfg, 0, dtype)
             opt = train.make_optimizer(model, tc)
-            steps[impl] = (lambda m=model, o=opt: train.train_step(m, o, x, y, 1e-4, tc.clip))
+            steps[impl] = (lambda m=model, o=opt: train.train_step(m, o, x, y, 1e-4, tc.clip, train.AUTOCAST.get(name)))
         t_ours, t_ref = interleaved_medians([steps["op_plugin"], steps["reference"]], [3, 3])
         mem_ours = peak_extra_memory_mb("bench_train", "measure_peak", "op_plugin", name, quick)
         mem_ref = peak_extra_memory_mb("bench_train", "measure_peak", "reference", name, quick)

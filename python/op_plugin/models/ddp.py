@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from op_plugin.models import data
 from op_plugin.models.block_attnres_transformer import ModelConfig
-from op_plugin.models.train import DTYPES, TrainConfig, lr_at, make_model, make_optimizer, train_step
+from op_plugin.models.train import AUTOCAST, DTYPES, TrainConfig, lr_at, make_model, make_optimizer, train_step
 
 COLLECTIVE_TIMEOUT = timedelta(seconds=60)  # a hung peer fails the collective instead of blocking forever
 
@@ -38,7 +38,7 @@ def train_single(cfg: ModelConfig, tc: TrainConfig, impl: str = "op_plugin", cor
     """Losses of ``tc.steps`` steps in this process on the global batches."""
     model = make_model(impl, cfg, tc.seed, DTYPES[tc.dtype])
     opt = make_optimizer(model, tc)
-    return [train_step(model, opt, x, y, lr_at(step, tc), tc.clip).item()
+    return [train_step(model, opt, x, y, lr_at(step, tc), tc.clip, AUTOCAST.get(tc.dtype)).item()
             for step, (x, y) in enumerate(_global_batches(tc, corpus))]
 
 
@@ -51,7 +51,8 @@ def _train_rank(rank: int, world: int, cfg: dict, tc: dict, impl: str, corpus: s
     losses = []
     for step, (x, y) in enumerate(_global_batches(train_cfg, corpus)):
         rows = slice(rank * local, (rank + 1) * local)
-        loss = train_step(model, opt, x[rows], y[rows], lr_at(step, train_cfg), train_cfg.clip)
+        loss = train_step(model, opt, x[rows], y[rows], lr_at(step, train_cfg), train_cfg.clip,
+                          AUTOCAST.get(train_cfg.dtype))
         dist.all_reduce(loss)  # sum of the ranks' means; equal token counts: /world is the global mean
         losses.append(loss.item() / world)
     return losses

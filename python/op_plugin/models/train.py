@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -32,9 +33,13 @@ from op_plugin.models import data
 from op_plugin.models.block_attnres_transformer import BlockAttnResTransformer, ModelConfig, lm_loss
 from op_plugin.models.reference import ReferenceBlockAttnResTransformer
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+# --dtype: the parameters' dtype, or mixed precision: float32 parameters with the forward under
+# torch.autocast on the CPU (AUTOCAST: autocast's dtype).
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64,
+          "autocast_bfloat16": torch.float32}
+AUTOCAST = {"autocast_bfloat16": torch.bfloat16}
 IMPLS = {"op_plugin": BlockAttnResTransformer, "reference": ReferenceBlockAttnResTransformer}
-TOLERANCE = {"float32": 0.08, "bfloat16": 0.2, "float64": 0.08}
+TOLERANCE = {"float32": 0.08, "bfloat16": 0.2, "float64": 0.08, "autocast_bfloat16": 0.2}
 
 
 @dataclass(frozen=True)
@@ -79,12 +84,15 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, lr: float, clip: float) -> Tensor:
-    """Forward, backward, clip, AdamW step; returns the loss (detached)."""
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, lr: float, clip: float,
+               autocast: Optional[torch.dtype] = None) -> Tensor:
+    """Forward (under torch.autocast to ``autocast`` if given), backward, clip, AdamW step; returns the
+    loss (detached)."""
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
-    loss = lm_loss(model(x), y)
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        loss = lm_loss(model(x), y)
     loss.backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=False)
@@ -93,8 +101,9 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tenso
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, val: list[tuple[Tensor, Tensor]]) -> float:
-    return statistics.fmean(lm_loss(model(x), y).item() for x, y in val)
+def evaluate(model: nn.Module, val: list[tuple[Tensor, Tensor]], autocast: Optional[torch.dtype] = None) -> float:
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        return statistics.fmean(lm_loss(model(x), y).item() for x, y in val)
 
 
 class ProgressBar:
@@ -132,13 +141,13 @@ def train_both(cfg: ModelConfig, tc: TrainConfig, tokens: Tensor, progress: bool
     for step, (x, y) in enumerate(steps):
         for impl in order if step % 2 == 0 else order[::-1]:
             start = time.perf_counter()
-            loss = train_step(models[impl], opts[impl], x, y, lr_at(step, tc), tc.clip)
+            loss = train_step(models[impl], opts[impl], x, y, lr_at(step, tc), tc.clip, AUTOCAST.get(tc.dtype))
             results[impl]["losses"].append(loss.item())
             results[impl]["step_seconds"].append(time.perf_counter() - start)
         if bar:
             bar.update(step + 1, " ".join(f"{impl} {r['losses'][-1]:.3f}" for impl, r in results.items()))
     for impl, model in models.items():
-        results[impl]["val_loss"] = evaluate(model, val)
+        results[impl]["val_loss"] = evaluate(model, val, AUTOCAST.get(tc.dtype))
     return results
 
 
@@ -170,13 +179,13 @@ def peak_step_mb(impl: str, cfg: dict, batch: int, seq_len: int, dtype_name: str
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, model_cfg.vocab_size, (batch, seq_len), generator=g)
     y = torch.randint(0, model_cfg.vocab_size, (batch, seq_len), generator=g)
-    train_step(model, opt, x, y, tc.lr, tc.clip)
+    train_step(model, opt, x, y, tc.lr, tc.clip, AUTOCAST.get(dtype_name))
     gc.collect()
     release_workspace()  # the measured step's workspaces count as its memory
     base = status_mb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:  # restart the peak (VmHWM) at the current RSS
         f.write("5")
-    train_step(model, opt, x, y, tc.lr, tc.clip)
+    train_step(model, opt, x, y, tc.lr, tc.clip, AUTOCAST.get(dtype_name))
     return max(status_mb("VmHWM") - base, 0.0)
 
 
