@@ -4,9 +4,10 @@ A decode step calls each op on one token, where the work is tiny and the call's 
 Python entry, the dispatcher, the Autograd kernel, the binding's checks and allocations, stage 1's
 plan, the kernel's thread dispatch) is what a model pays per layer. Each row times one call,
 with inputs that require grad (the Autograd kernel saves for backward), the same call under
-torch.no_grad() (inference: serving a decode step; the Autograd kernel saves nothing), and one forward+backward,
-as the best over 7 runs of the mean of many calls, the op's runs alternating with its baseline's
-(the issue's method: medians of single calls of microseconds are timer noise).
+torch.no_grad() (inference: serving a decode step; the Autograd kernel saves nothing), one
+forward+backward, and the forward under torch.autocast to bfloat16 (float32 leaves: both sides cast
+them on each call), as the best over 7 runs of the mean of many calls, the op's runs alternating
+with its baseline's (the issue's method: medians of single calls of microseconds are timer noise).
 
 Baselines, measured in the same run: torch SDPA on the same (B, N, S, D) for flash_attn and
 swa_forward (targets: <= 2x SDPA); the composite PyTorch reference (op_plugin.reference) for the
@@ -182,10 +183,11 @@ def run(quick: bool = False) -> list[dict[str, object]]:
     rows = []
     for workload, ours, ours_bwd, theirs, theirs_bwd, baseline in cases():
         for what, a, b in (("forward", ours, theirs), ("forward, no_grad", ours, theirs),
-                           ("forward+backward", ours_bwd, theirs_bwd)):
+                           ("forward+backward", ours_bwd, theirs_bwd), ("forward, autocast bf16", ours, theirs)):
             if a is None:
                 continue
-            with torch.no_grad() if what.endswith("no_grad") else contextlib.nullcontext():
+            context = {"no_grad": torch.no_grad(), "bf16": torch.autocast("cpu", dtype=torch.bfloat16)}
+            with context.get(what.split(" ")[-1], contextlib.nullcontext()):
                 mine, base = per_call_pair(a, b, calls)
             rows.append({"workload": f"{workload} {what}", "dtype": "float32", "op_plugin_s": mine,
                          "pytorch_s": base, "speedup": base / mine,
