@@ -76,3 +76,25 @@ def test_export_records_the_casts() -> None:
     out = program.module()(q, k, v)
     torch.testing.assert_close(out, Attention()(q, k, v), rtol=0, atol=0)
     assert out.dtype == torch.bfloat16
+
+
+def test_vmap_under_autocast_and_autocast_under_vmap() -> None:
+    """The vmap rule and the autocast kernel compose either way round: per-sample calls, folded."""
+    g = torch.Generator().manual_seed(2)
+    q, v = torch.randn(3, 1, 8, 2, 16, generator=g), torch.randn(3, 1, 8, 2, 16, generator=g)
+    k = torch.randn(3, 1, 8, 2, 16, generator=g).bfloat16()
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return op_plugin.flash_attn(q, k, v, softmax_scale=0.25)[0]
+
+    def attend_autocast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return attend(q, k, v)
+
+    want = torch.stack([attend_autocast(q[i], k[i], v[i]) for i in range(3)])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outside = torch.vmap(attend)(q, k, v)
+    inside = torch.vmap(attend_autocast)(q, k, v)
+    assert want.dtype == torch.bfloat16
+    torch.testing.assert_close(outside, want, rtol=0, atol=0)
+    torch.testing.assert_close(inside, want, rtol=0, atol=0)
