@@ -372,14 +372,16 @@ def ring_flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     cuts it; every rank passes the same shapes. ``causal`` masks keys after the query's position in
     the full sequence; ``partition`` ("contiguous" or "zigzag") says which positions each rank holds
     (it matters only when causal). ``softmax_scale`` None means 1/sqrt(D). Returns this rank's
-    rows of the output ([B, S_local, N1, Dv], q's dtype) and, with ``return_softmax_lse``, their
+    rows of the output ([B, S_local, N1, Dv], q's dtype, or autocast's) and, with ``return_softmax_lse``, their
     global log-sum-exp ([B, N1, S_local], float32; float64 for float64 inputs; no gradient).
     Autograd works: dq, dk and dv are this rank's shards of the full gradients.
 
-    Every rank of the group must call it with the same shapes, dtype, causal, partition and
-    softmax_scale (the ring steps are collective); a call where they differ, or where one rank's
+    Under ``torch.autocast("cpu")`` q, k and v are first cast to autocast's dtype, as flash_attn
+    casts them. Every rank of the group must call it with the same shapes, dtype, causal, partition
+    and softmax_scale (the ring steps are collective); a call where they differ, or where one rank's
     arguments are refused, raises ValueError on every rank (that rank raises its own error).
     """
+    q, k, v = _autocast(q, k, v)
     if not dist.is_available() or not dist.is_initialized():
         _check_inputs(q, k, v, partition, softmax_scale)  # argument errors come first, as with a group
         raise RuntimeError("ring_flash_attn needs torch.distributed initialized (dist.init_process_group)")
@@ -393,5 +395,17 @@ def ring_flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         raise
     scale = q.size(3) ** -0.5 if softmax_scale is None else float(softmax_scale)
     _check_ranks_agree(_call_signature(q, k, v, bool(causal), partition, scale), ring)
-    out, lse = _RingFlashAttn.apply(q, k, v, scale, bool(causal), partition, ring)
+    with torch.autocast("cpu", enabled=False):  # the ring's own ops run in the dtype chosen above
+        out, lse = _RingFlashAttn.apply(q, k, v, scale, bool(causal), partition, ring)
     return (out, lse) if return_softmax_lse else out
+
+
+def _autocast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Under torch.autocast on the CPU, q, k and v in autocast's dtype (float64 ones stay), as
+    flash_attn's autocast rule casts them: the ring then runs forward and backward in that dtype,
+    and the casts (outside the autograd Function) take the gradients back to the inputs' dtypes."""
+    if not torch.is_autocast_enabled("cpu"):
+        return q, k, v
+    to = torch.get_autocast_dtype("cpu")
+    return tuple(t.to(to) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+                 else t for t in (q, k, v))

@@ -644,7 +644,8 @@ def _seeded(spec: OpSpec, x: dict[str, Any]) -> dict[str, Any]:
 def _assert_same(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
     for name, w in want.items():
         if isinstance(w, torch.Tensor):
-            torch.testing.assert_close(got[name], w, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{what}, {name}: {m}")
+            torch.testing.assert_close(got[name], w, rtol=0, atol=0, equal_nan=True,
+                                       msg=lambda m: f"{what}, {name}: {m}")
         else:
             assert got[name] == w, f"{what}: {name} {got[name]} != {w}"
 
@@ -705,7 +706,7 @@ def _check_autocast_grads(spec: OpSpec, i: int, x: dict[str, Any]) -> None:
             outs = _seeded(spec, _autocast_call(spec, call, torch.bfloat16))
         grads.append(torch.autograd.grad(_autocast_loss(spec, outs), list(leaves.values())))
     for name, got, want in zip(names, *grads):
-        assert got.dtype == x[name].dtype, f"{spec.name} sample {i}: grad of {name} is {got.dtype}, its leaf {x[name].dtype}"
+        assert got.dtype == x[name].dtype, f"{spec.name} sample {i}: grad of {name} is {got.dtype}, not its leaf's"
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True,
                                    msg=lambda m: f"{spec.name} sample {i}, autocast grad of {name}: {m}")
 

@@ -34,6 +34,8 @@ CASES = {
     "causal_zigzag_mqa_dv_f32": (torch.float32, True, "zigzag", 1, 36, 3, 1, 16, 8, 0.3),
     "causal_zigzag_bf16": (torch.bfloat16, True, "zigzag", 1, 48, 4, 2, 32, 32, None),
 }
+# Also run under torch.autocast, with mixed input dtypes.
+AUTOCAST_CASE = "causal_zigzag_bf16"
 # Also run on process subgroups: world 3 on global ranks 1 and 2 (group ranks 0 and 1), world 2 on
 # one group per rank (a ring of one).
 SUBGROUP_CASE = "causal_zigzag_f32"
@@ -58,6 +60,18 @@ def _run_case(name: str, rank: int, world: int, group: dist.ProcessGroup | None)
     out, lse = ring_flash_attn(q, k, v, causal=causal, softmax_scale=scale, partition=partition, group=group,
                                return_softmax_lse=True)
     out.backward(dout)
+    return {"out": out.detach(), "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
+
+
+def _run_autocast(rank: int, world: int) -> dict[str, torch.Tensor]:
+    """The bf16 case's inputs as a model under torch.autocast hands them over: q and k in float32
+    (a float32 rotary embedding), v in bfloat16."""
+    _, causal, partition, *_ = CASES[AUTOCAST_CASE]
+    q, k, v, dout = (shard_sequence(t, rank, world, partition=partition) for t in full_inputs(AUTOCAST_CASE))
+    q, k, v = (t.to(dt).requires_grad_(True) for t, dt in ((q, torch.float32), (k, torch.float32), (v, torch.bfloat16)))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, lse = ring_flash_attn(q, k, v, causal=causal, partition=partition, return_softmax_lse=True)
+    out.backward(dout.to(out.dtype))
     return {"out": out.detach(), "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
@@ -96,6 +110,7 @@ def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
             # A ring of one: each rank alone in its group holds the whole sequence.
             alone = [dist.new_group([r]) for r in range(world)][rank]
             results["alone"] = _run_case(SUBGROUP_CASE, 0, 1, alone)
+        results["autocast"] = _run_autocast(rank, world)
         results["mismatch"] = _mismatch_error(rank)
         results["refused"] = _refused_error(rank)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -214,6 +229,21 @@ def test_bfloat16_within_twice_the_error_of_plain_flash_attn(ring_results, world
         assert our_err <= 2 * plain_err, (f"world {world} {t}: error {our_err:.3g} exceeds 2x plain "
                                           f"bfloat16 flash_attn's {plain_err:.3g}")
     torch.testing.assert_close(ours["lse"], ref["lse"].float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_autocast_runs_the_ring_in_bfloat16(ring_results, world) -> None:
+    """Under torch.autocast the ring casts q, k, v as flash_attn does: the output is bf16, each
+    gradient reaches its input in the input's dtype, within 2x plain bf16 flash_attn's error."""
+    results = ring_results(world)
+    ours, ref = gathered(results, "autocast", AUTOCAST_CASE), math_full_float64(AUTOCAST_CASE)
+    plain = flash_attn_full(AUTOCAST_CASE, torch.bfloat16)
+    assert [ours[t].dtype for t in ("out", "dq", "dk", "dv")] == [torch.bfloat16, torch.float32, torch.float32,
+                                                                   torch.bfloat16]
+    for t in ("out", "dq", "dk", "dv"):
+        our_err = (ours[t].double() - ref[t]).abs().max().item()
+        plain_err = (plain[t].double() - ref[t]).abs().max().item()
+        assert our_err <= 2 * plain_err, f"world {world} {t}: error {our_err:.3g}, plain bf16 {plain_err:.3g}"
 
 
 @pytest.mark.parametrize("world", [2, 3])
