@@ -145,6 +145,11 @@ inline std::optional<at::Tensor> as_optional(const at::Tensor& t) {
 }
 inline bool is_defined(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
 
+// Whether a tensor carries a forward-mode tangent (torch.func.jvp, torch.autograd.forward_ad), read
+// as torchgen's isFwGradDefined reads it (level 0: forward AD has one level at a time).
+inline bool has_forward_grad(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+inline bool has_forward_grad(const std::optional<at::Tensor>& t) { return t.has_value() && has_forward_grad(*t); }
+
 // saved_value: a dispatcher argument as the saved struct keeps it (owning); as_argument: back.
 inline int64_t saved_value(int64_t v) { return v; }
 inline c10::SymInt saved_value(const c10::SymInt& v) { return v; }  // an int output of the forward

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.fx.experimental._config
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -519,7 +520,8 @@ def _check_dynamic_compile(spec: OpSpec) -> None:
 def check_func_transforms(spec: OpSpec) -> None:
     """torch.func.vjp of every sample's call (its differentiable outputs with respect to its
     differentiable inputs) gives torch.autograd.grad's gradients bit for bit: the Autograd kernel's
-    node works under torch.func's transforms, as an aten op's does."""
+    node works under torch.func's transforms, as an aten op's does. Forward mode (torch.func.jvp, a
+    forward_ad dual tensor) is refused with torch's not-implemented text, not answered with zeros."""
     for i, x in enumerate(samples(spec, _first_dtype(spec))):
         names = _differentiable(spec, x)
         if not names or not spec.differentiable_outputs:
@@ -539,6 +541,26 @@ def check_func_transforms(spec: OpSpec) -> None:
         for name, a, b in zip(names, want, got):
             a = torch.zeros_like(b) if a is None else a
             torch.testing.assert_close(b, a, rtol=0, atol=0, msg=lambda m: f"{spec.name} sample {i} vjp of {name}: {m}")
+        _check_forward_ad_refused(spec, i, f, primals)
+
+
+def _check_forward_ad_refused(spec: OpSpec, i: int, f: Callable[..., Any], primals: list[torch.Tensor]) -> None:
+    """Forward mode has no formula: torch.func.jvp and a forward_ad dual tensor are refused with
+    torchgen's text for such ops (the generated Autograd kernel checks), never answered with zeros."""
+    def jvp() -> Any:
+        return torch.func.jvp(f, tuple(primals), tuple(map(torch.ones_like, primals)))
+
+    def dual() -> Any:
+        with fwAD.dual_level():
+            return f(fwAD.make_dual(primals[0], torch.ones_like(primals[0])), *primals[1:])
+
+    for label, call in (("torch.func.jvp", jvp), ("a forward_ad dual tensor", dual)):
+        try:
+            call()
+        except NotImplementedError as e:
+            assert f"Trying to use forward AD with {spec.op._schema.name} that does not" in str(e), str(e)
+        else:
+            raise AssertionError(f"{spec.name} sample {i}: {label} was not refused")
 
 
 def _sample_copies(spec: OpSpec, index: int, count: int, dtype: torch.dtype) -> list[dict[str, Any]]:

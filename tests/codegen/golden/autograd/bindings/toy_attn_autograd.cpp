@@ -84,6 +84,12 @@ variable_list ToyAttnBackward::apply(variable_list&& grad_outputs) {
 }  // namespace
 
 ::std::tuple<at::Tensor,at::Tensor> toy_attn_autograd(c10::DispatchKeySet ks, const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & mask, double scale) {
+  // No forward-mode formula: a tangent is refused, as torchgen's VariableType refuses it for an op
+  // without one, rather than dropped (torch.func.jvp would return zeros).
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !(op_plugin::has_forward_grad(q) || op_plugin::has_forward_grad(k) || op_plugin::has_forward_grad(mask)),
+      "Trying to use forward AD with op_plugin::toy_attn that does not support it because it has not been "
+      "implemented yet (op_plugin registers reverse mode: torch.func.vjp, grad and jacrev work).");
   // No input needs a gradient (grad mode off, or no tensor argument requires grad): straight below
   // autograd with the caller's own arguments, no node and nothing saved, as torchgen's VariableType
   // does. This is the inference path; the node and saved state cost more than a decode call's kernel.
