@@ -680,7 +680,10 @@ def check_autocast(spec: OpSpec) -> None:
     eager's shapes and dtypes; the eager call runs no Python (the autocast kernel is C++);
     torch.compile(fullgraph=True) with autocast inside gives eager's outputs and gradients."""
     rule = spec.autocast
-    takes = (lambda dt: not spec.dtypes or dt in spec.dtypes)
+
+    def takes(dtype: torch.dtype) -> bool:
+        return not spec.dtypes or dtype in spec.dtypes
+
     # Under lower_precision_fp an op that refuses autocast's dtype refuses the cast call too, as torch's
     # ops do: only the autocast dtypes it takes are tested.
     autocast_dtypes = [to for to in (torch.bfloat16, torch.float16) if rule.policy != "lower_precision_fp" or takes(to)]
