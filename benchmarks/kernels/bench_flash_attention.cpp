@@ -144,6 +144,8 @@ struct Shape {
   bool bnsd = false;  // BNSD instead of BSND (benchmarks/bench_flash_attn.py's layout)
   bool pse = false;   // swa: a [1, N, S, S] pse (and its dpse)
   const int64_t* lengths = nullptr;  // TND lengths (default kTndLengths)
+  int64_t sq = 0;  // few query rows: q has sq rows against S keys (0: S), dense only
+  int64_t n2 = 0;  // kv heads (0: N)
 };
 
 // TND benchmark: 8 sequences of mixed lengths summing to 8192.
@@ -155,14 +157,18 @@ static void run(const Shape& s) {
   const bool tnd = s.tnd;
   const int64_t* lens = s.lengths ? s.lengths : kTndLengths;
   const int64_t T = 8192;
+  const int64_t sq = s.sq ? s.sq : s.S, n2 = s.n2 ? s.n2 : s.N;
   const std::vector<int64_t> shp = tnd      ? std::vector<int64_t>{T, s.N, s.D}
-                                   : s.bnsd ? std::vector<int64_t>{s.B, s.N, s.S, s.D}
-                                            : std::vector<int64_t>{s.B, s.S, s.N, s.D};
-  const std::vector<int64_t> lshp = tnd ? std::vector<int64_t>{s.N, T} : std::vector<int64_t>{s.B, s.N, s.S};
+                                   : s.bnsd ? std::vector<int64_t>{s.B, s.N, sq, s.D}
+                                            : std::vector<int64_t>{s.B, sq, s.N, s.D};
+  const std::vector<int64_t> kv_shp = tnd      ? std::vector<int64_t>{T, n2, s.D}
+                                      : s.bnsd ? std::vector<int64_t>{s.B, n2, s.S, s.D}
+                                               : std::vector<int64_t>{s.B, s.S, n2, s.D};
+  const std::vector<int64_t> lshp = tnd ? std::vector<int64_t>{s.N, T} : std::vector<int64_t>{s.B, s.N, sq};
   const char* layout = tnd ? "TND" : s.bnsd ? "BNSD" : "BSND";
-  T4 q(s.dt, shp), k(s.dt, shp), v(s.dt, shp);
+  T4 q(s.dt, shp), k(s.dt, kv_shp), v(s.dt, kv_shp);
   T4 out(s.dt, shp), dout(s.dt, shp), lse(OP_DT_FLOAT, lshp);
-  T4 dq(s.dt, shp), dk(s.dt, shp), dv(s.dt, shp);
+  T4 dq(s.dt, shp), dk(s.dt, kv_shp), dv(s.dt, kv_shp);
   T4 mask(OP_DT_INT8, {2048, 2048});
   T4 cu(OP_DT_INT32, {9});
   for (int b = 0, acc = 0; b <= 8; ++b) {
@@ -247,7 +253,8 @@ static void run(const Shape& s) {
   const int nseq = tnd ? 8 : 1;
   for (int sidx = 0; sidx < nseq; ++sidx) {
     const int64_t S = tnd ? lens[sidx] : s.S;
-    for (int64_t i = 0; i < S; ++i) {
+    if (s.sq) pairs += static_cast<double>(s.sq) * S;  // few rows: dense
+    for (int64_t i = 0; i < (s.sq ? 0 : S); ++i) {
       int64_t lo = 0, hi = S - 1;
       if (s.mode == 3 || (s.swa && s.mode == 0 && s.wr == 0)) hi = i;
       if (s.mode == 4 || s.swa) { if (s.wl >= 0) lo = std::max<int64_t>(0, i - s.wl); if (s.wr >= 0) hi = std::min<int64_t>(S - 1, i + s.wr); }
@@ -340,6 +347,16 @@ int main(int argc, char** argv) {
       {"bnsd swa band512 S8192 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 1.0, true},
       {"bnsd swa band512 S8192 D64 float32 kp0.9 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true, 0.9, true},
       {"bnsd swa band512 S8192 D64 float32 kp0.9 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 0.9, true},
+      // few query rows (speculative decoding), 8 query heads on 2 kv heads, 2,048 keys, dense: the row
+      // kernels (flash_attention_small.h) up to kSmallRowsQAvx2 / kSmallRowsQ rows, the tiles above
+      {"rows4 of 2048 GQA8:2 D128 float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 41, false, false, 1.0, false, false, nullptr, 4, 2},
+      {"rows4 of 2048 GQA8:2 D128 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, true, 21, false, false, 1.0, false, false, nullptr, 4, 2},
+      {"rows8 of 2048 GQA8:2 D128 float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 41, false, false, 1.0, false, false, nullptr, 8, 2},
+      {"rows8 of 2048 GQA8:2 D128 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, true, 21, false, false, 1.0, false, false, nullptr, 8, 2},
+      {"rows11 of 2048 GQA8:2 D128 float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 41, false, false, 1.0, false, false, nullptr, 11, 2},
+      {"rows1 of 2048 GQA8:2 D128 float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 81, false, false, 1.0, false, false, nullptr, 1, 2},
+      {"rows4 of 2048 GQA8:2 D128 bfloat16 fwd", OP_DT_BF16, 1, 8, 2048, 128, 0, -1, -1, false, 41, false, false, 1.0, false, false, nullptr, 4, 2},
+      {"rows8 of 1024 D64 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 1024, 64, 0, -1, -1, true, 21, false, false, 1.0, false, false, nullptr, 8, 8},
       {"tnd8 T8192 causal float32 fwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, false, 5, true},
       {"tnd8 T8192 causal float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 0, 128, 3, -1, -1, true, 3, true},
       {"tnd8 T8192 causal bfloat16 fwd", OP_DT_BF16, 1, 8, 0, 128, 3, -1, -1, false, 5, true},
