@@ -315,6 +315,13 @@ def registered_func(func: FunctionSchema, symbolic_args: Collection[str] = ()) -
     return dataclasses.replace(func, returns=returns, arguments=dataclasses.replace(func.arguments, **groups))
 
 
+def registered_arg_types(registry: Registry, op: OpEntry) -> list[str]:
+    """The C++ type of each of ``op``'s binding_args as registered: c10::SymInt for the int arguments
+    an autograd pairing feeds from a forward's int outputs (symbolic_int_args), else its own."""
+    symbolic = symbolic_int_args(registry, op)
+    return ["c10::SymInt" if a.name in symbolic else a.cpp_type for a in binding_args(op.func)]
+
+
 def binding_returns(func: FunctionSchema) -> str:
     """The C++ return type of the op's kernels and typed handles (int returns as c10::SymInt)."""
     return dispatcher.returns_type(registered_func(func).returns, symint=True).cpp_type()

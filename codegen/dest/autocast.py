@@ -25,8 +25,7 @@ _SUMMARY = {
 def _context(registry: Registry, op: OpEntry) -> dict[str, Any]:
     rule = op.autocast
     args = cpp.binding_args(op.func)
-    symbolic = cpp.symbolic_int_args(registry, op)
-    types = ["c10::SymInt" if a.name in symbolic else a.cpp_type for a in args]
+    types = cpp.registered_arg_types(registry, op)
     cast = [a for a in args if a.name in rule.inputs]
     return {
         "name": op.name,

@@ -95,8 +95,7 @@ def _pair_context(registry: Registry, op: OpEntry, backward: OpEntry) -> dict[st
     # A backward argument fed by a forward int output is registered as SymInt (cpp.registered_func)
     # and passed as c10::SymInt: the dispatcher hands a fake kernel the symbol and the binding's
     # int64_t parameter its value, with no guard on the way.
-    symbolic = cpp.symbolic_int_args(registry, backward)
-    bwd_types = ["c10::SymInt" if b.name in symbolic else b.cpp_type for b in bwd_args]
+    bwd_types = cpp.registered_arg_types(registry, backward)
     for b in bwd_args:
         if b.name in sources:
             value = value_of(sources[b.name])

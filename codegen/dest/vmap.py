@@ -34,8 +34,7 @@ def _axis(render: cpp.ExprRenderer, axis: Axis | None, optional_tensor: str = ""
 
 def _context(registry: Registry, op: OpEntry) -> dict[str, Any]:
     args = cpp.binding_args(op.func)
-    symbolic = cpp.symbolic_int_args(registry, op)
-    types = ["c10::SymInt" if a.name in symbolic else a.cpp_type for a in args]
+    types = cpp.registered_arg_types(registry, op)
     tensors = [a for a in args if E.base(a.kind) == E.TENSOR]
     returns = [r.name or f"result{i}" for i, r in enumerate(op.func.returns)]
     int_returns = {o.name for o in op.int_outputs}
