@@ -170,6 +170,22 @@ class AutocastRule:
 
 
 @dataclass(frozen=True)
+class ShardingStrategy:
+    """One way a DTensor call of the op runs as independent calls on each rank's shards (registry
+    ``sharding:``): where ``when`` holds, each listed input is split along its axis (an axis rule
+    as vmap's: ``X``, ``X if COND else None``, ``None``) and the rest are whole on every rank;
+    each output is then split along its axis, whole on every rank (no axis), or a partial sum
+    (``partial``: the ranks' outputs add up to the whole one)."""
+
+    name: str
+    when: Optional[Expr]
+    inputs: tuple[tuple[str, Axis], ...]  # tensor argument -> its split axis; the others are whole
+    outputs: tuple[tuple[str, Axis], ...]  # every Tensor return but the partial ones -> its axis
+    partial: tuple[str, ...]  # Tensor returns each rank holds a partial sum of
+    loc: Location
+
+
+@dataclass(frozen=True)
 class OpEntry:
     func: FunctionSchema  # as documented (the user-facing call)
     kernel: str  # the kernel's two stage functions: <kernel>GetWorkspaceSize and <kernel>
@@ -191,6 +207,7 @@ class OpEntry:
     tests: Optional[TestSpec] = None  # samples:, reference:, bad_calls: (codegen/samples.py)
     vmap: Optional[VmapRule] = None  # how torch.vmap folds into the op's batch; None: one call per sample
     autocast: Optional[AutocastRule] = None  # what torch.autocast casts; None: autocast leaves the op alone
+    sharding: tuple[ShardingStrategy, ...] = ()  # DTensor's strategies besides every tensor whole on each rank
 
     @property
     def name(self) -> str:

@@ -14,11 +14,12 @@ from codegen.model import Check, EnumDef, IntOutputRule, Location, OutputRule, R
 from codegen.parse_checks import parse_checks, parse_dtypes
 from codegen.parse_common import Errors, Invalid, at_key, expr_text, keys_of, line_of, name_hint, see
 from codegen.parse_autocast import parse_autocast
+from codegen.parse_sharding import parse_sharding
 from codegen.parse_vmap import parse_vmap
 from codegen.samples import TEST_KEYS, parse_tests
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "vmap", "autocast",
-              "tags", "doc", "torch", *TEST_KEYS}
+              "sharding", "tags", "doc", "torch", *TEST_KEYS}
 ENUM_KEYS = {"enum", "members", "doc"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
 PYTHON_KEYS = {"returns"}
@@ -114,6 +115,7 @@ def parse_entry(e: dict[str, Any], path: str, errors: Errors,
     random_when = _parse_random(e, name, env, errors)
     vmap = parse_vmap(e, name, func, path, errors)
     autocast = parse_autocast(e, name, func, path, errors)
+    sharding = parse_sharding(e, name, func, path, errors)
     for rule in rules:
         if isinstance(rule, Check) and any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "data_dependent"
                                            for n in ast.walk(rule.expr.tree)):
@@ -136,7 +138,7 @@ def parse_entry(e: dict[str, Any], path: str, errors: Errors,
     return dict(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs), dtypes=dtypes,
                 python_returns=python_returns, tags=tuple(tags), doc=doc.strip(), loc=Location(path, line),
                 int_outputs=tuple(int_outputs), random_when=random_when, vmap=vmap, autocast=autocast,
-                enums=tuple(enum_args.items()),
+                sharding=sharding, enums=tuple(enum_args.items()),
                 tests=parse_tests(e, func, name, errors.add))
 
 

@@ -43,7 +43,7 @@ def parse_vmap(e: dict[str, Any], op: str, func: Any, path: str, errors: Errors)
     when = None
     if "when" in spec:
         with errors.collect(line_of(spec, "when", line), op):
-            when = _condition(spec["when"], env, "vmap.when", line_of(spec, "when", line))
+            when = parse_condition(spec["when"], env, "vmap.when", line_of(spec, "when", line))
         ok = ok and when is not None
 
     inputs = _axes(spec, "inputs", tensors, "a tensor argument", env, op, line, errors)
@@ -64,7 +64,7 @@ def parse_vmap(e: dict[str, Any], op: str, func: Any, path: str, errors: Errors)
             ok = False
         else:
             with errors.collect(line_of(r, "when", r_line), op):
-                cond = _condition(r["when"], env, "vmap.replays.when", line_of(r, "when", r_line))
+                cond = parse_condition(r["when"], env, "vmap.replays.when", line_of(r, "when", r_line))
                 replays = (cond, str(r["of"]))
             ok = ok and replays is not None
     if not ok or inputs is None or outputs is None:
@@ -72,7 +72,7 @@ def parse_vmap(e: dict[str, Any], op: str, func: Any, path: str, errors: Errors)
     return VmapRule(when, tuple(inputs), tuple(outputs), replays, Location(path, line))
 
 
-def _condition(text: Any, env: dict[str, str], key: str, line: int) -> E.Expr:
+def parse_condition(text: Any, env: dict[str, str], key: str, line: int) -> E.Expr:
     with at_key(line, f"{key}: "):
         cond = E.parse_expr(expr_text(text), env)
     if cond.kind != E.BOOL:
@@ -93,11 +93,11 @@ def _axes(spec: dict[str, Any], key: str, allowed: list[str], what: str, env: di
             errors.add(n_line, op, f"vmap.{key}: {name!r} is not {what} of {op} ({', '.join(allowed)})")
             continue
         with errors.collect(n_line, op):
-            out.append((name, _axis(table[name], env, f"vmap.{key}.{name}", n_line)))
+            out.append((name, parse_axis(table[name], env, f"vmap.{key}.{name}", n_line)))
     return out if len(out) == len(keys_of(table)) else None
 
 
-def _axis(text: Any, env: dict[str, str], key: str, line: int) -> Axis:
+def parse_axis(text: Any, env: dict[str, str], key: str, line: int) -> Axis:
     """``X``, ``None``, or ``X if COND else None`` (or ``None if COND else X``)."""
     source = expr_text(text)
     try:
@@ -113,7 +113,7 @@ def _axis(text: Any, env: dict[str, str], key: str, line: int) -> Axis:
     when = None
     if isinstance(tree, ast.IfExp) and (is_none(tree.body) or is_none(tree.orelse)):
         test = ast.unparse(tree.test)
-        when = _condition(test if is_none(tree.orelse) else f"not ({test})", env, key, line)
+        when = parse_condition(test if is_none(tree.orelse) else f"not ({test})", env, key, line)
         tree = tree.orelse if is_none(tree.body) else tree.body
     with at_key(line, f"{key}: "):
         axis = E.parse_expr(ast.unparse(tree), env)

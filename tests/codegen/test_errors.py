@@ -38,7 +38,7 @@ CASES = [
   outputs: {result0: {like: x}}
   restrict: {x: 1}
 """, [
-        "reg.yaml:4: f: unknown key 'restrict'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, sharding, tags, torch, vmap; see docs/registry.md#entry-keys",
     ], id="unknown_entry_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -686,6 +686,28 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:9: g: 'autocast:' takes {policy: lower_precision_fp | fp32 | promote, inputs: [tensor arguments]}; see docs/registry.md#autocast",
         "reg.yaml:13: h: autocast.inputs must list the tensor arguments autocast casts; see docs/registry.md#autocast",
     ], id="autocast"),
+    pytest.param("""\
+- func: f(Tensor x, Tensor m, int n=1) -> (Tensor y, Tensor z)
+  kernel: F
+  outputs: {y: {like: x}, z: {like: x}}
+  sharding:
+    rows: {when: n, inputs: {x: 0, n: 0}, outputs: {y: 0}, reduce: sum}
+    cols: {inputs: {m: x.dtype}, outputs: {y: partial, z: "0 if n == 1 else None"}}
+    both: {inputs: {}, outputs: {y: 0, z: None}}
+    1st: {inputs: {x: 0}, outputs: {y: 0, z: 0}}
+- func: g(Tensor x) -> Tensor
+  kernel: G
+  outputs: {result0: {like: x}}
+  sharding: [x]
+""", [
+        "reg.yaml:5: f: sharding.rows: unknown key 'reduce'; known: inputs, outputs, when; see docs/registry.md#sharding",
+        "reg.yaml:5: f: sharding.rows.when must be a condition, but it is int",
+        "reg.yaml:5: f: sharding.rows.inputs: 'n' is not a tensor argument of f (x, m)",
+        "reg.yaml:6: f: sharding.cols.inputs.m must be an int axis, None, or `AXIS if COND else None`, but it is dtype",
+        "reg.yaml:7: f: sharding.both.inputs: no tensor is split (every op already runs with every tensor whole on each rank)",
+        "reg.yaml:8: f: sharding.1st: a strategy is `NAME: {when, inputs, outputs}` (NAME an identifier); see docs/registry.md#sharding",
+        "reg.yaml:12: g: 'sharding:' maps each strategy's name to {when, inputs, outputs}; see docs/registry.md#sharding",
+    ], id="sharding"),
     pytest.param(OK + """\
 - func: other(Tensor x) -> Tensor
   kernel: Good
@@ -711,7 +733,7 @@ func: f(Tensor x) -> Tensor
   kernel: D2
 """, [
         "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
-        "reg.yaml:6: b: unknown key 'color'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, tags, torch, vmap; see docs/registry.md#entry-keys",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, sharding, tags, torch, vmap; see docs/registry.md#entry-keys",
         "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
         "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
         "reg.yaml:14: d: duplicate key 'kernel'",

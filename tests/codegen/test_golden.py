@@ -33,7 +33,7 @@ PER_OP = ("bindings/{op}.cpp", "bindings/{op}_vmap.cpp", "include/op_plugin/ops/
           "kernels/{op}_checks.cpp")
 # Made from every entry: the Python modules. The two C++ files shared by every op name none (each
 # op's binding registers its own schema and workspace query), so no registry edit rewrites them.
-AGGREGATE_PYTHON = {"python/fakes.py", "python/ops.py", "python/ops.pyi"}
+AGGREGATE_PYTHON = {"python/fakes.py", "python/ops.py", "python/ops.pyi", "python/sharding.py"}
 AGGREGATE_CPP = {"bindings/register_schema.cpp", "bindings/helpers_module.cpp"}
 AGGREGATE = AGGREGATE_PYTHON | AGGREGATE_CPP
 
@@ -140,7 +140,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     registry = str(FIXTURES / "autograd.yaml")
     _generate("autograd", out)
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
-    assert capsys.readouterr().out == "codegen: 35 files up to date\n"
+    assert capsys.readouterr().out == "codegen: 36 files up to date\n"
 
     edited = out / "bindings/toy_attn.cpp"
     hand_edit = edited.read_text() + "// a hand edit the templates know nothing about\n"
@@ -153,7 +153,7 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path, capsys: py
     assert edited.read_text() == hand_edit and not (out / "python/ops.pyi").exists()  # --check wrote nothing
 
     assert main(["--registry", registry, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 33 unchanged")
+    assert capsys.readouterr().out.startswith("codegen: 5 ops, 2 written, 34 unchanged")
     assert main(["--registry", registry, "--out", str(out), "--check"]) == 0
 
 
@@ -225,10 +225,11 @@ def test_editing_one_entry_rewrites_only_its_files(tmp_path: Path) -> None:
     fm = generate(str(reg), str(out))
     assert set(fm.written) == {"python/ops.py"}
 
-    # Moving op_b down (a longer op_a doc): fakes.py names each op's file:LINE; no C++ file changes.
+    # Moving op_b down (a longer op_a doc): fakes.py and sharding.py name each op's file:LINE; no C++
+    # file changes.
     reg.write_text(edited.replace("doc: first, edited", "doc: |\n    first\n    and more"))
     fm = generate(str(reg), str(out))
-    assert set(fm.written) == {"python/ops.py", "python/fakes.py"}
+    assert set(fm.written) == {"python/ops.py", "python/fakes.py", "python/sharding.py"}
     assert set(fm.unchanged) == _files_of("op_a") | _files_of("op_b") | AGGREGATE_CPP | {"python/ops.pyi"}
 
 
@@ -258,9 +259,22 @@ def test_generated_python_compiles(fixture: str, tmp_path: Path) -> None:
     else:
         _generate(fixture, tmp_path)
     files = list(_python_files(tmp_path))
-    assert {p.name for p in files} == {"fakes.py", "ops.py", "ops.pyi"}
+    assert {p.name for p in files} == {"fakes.py", "ops.py", "ops.pyi", "sharding.py"}
     for p in files:
         compile(p.read_text(), str(p), "exec", dont_inherit=True)
+
+
+class _Shape:
+    """A stand-in tensor for the strategy functions: its shape."""
+
+    def __init__(self, shape: list[int]) -> None:
+        self.shape = shape
+
+    def size(self, dim: int) -> int:
+        return self.shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
 
 
 def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -278,8 +292,12 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
     for attr in ("_enum_arg", "_fmt", "_same_device", "_stats_dtype", "_upper", "_varlen_batches", "_varlen_numels",
                  "strict_mode"):
         setattr(runtime, attr, lambda *a: None)
-    for name, module in {"torch": torch, "op_plugin": types.ModuleType("op_plugin"),
-                         "op_plugin._runtime": runtime}.items():
+    sharding = types.ModuleType("op_plugin._sharding")
+    sharding.install = lambda ns, rules: recorded.extend(("sharding", f"{ns}::{op}") for op in rules)  # type: ignore[attr-defined]
+    op_plugin = types.ModuleType("op_plugin")
+    op_plugin._sharding = sharding  # type: ignore[attr-defined]
+    for name, module in {"torch": torch, "op_plugin": op_plugin, "op_plugin._runtime": runtime,
+                         "op_plugin._sharding": sharding}.items():
         monkeypatch.setitem(sys.modules, name, module)
     namespace: dict[str, Any] = {"__name__": f"generated.{path.stem}", "__package__": "generated"}
     exec(compile(path.read_text(), str(path), "exec", dont_inherit=True), namespace)
@@ -290,11 +308,22 @@ def _run_module(path: Path, recorded: list[tuple[str, str]], monkeypatch: pytest
 def test_generated_python_modules_execute(fixture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _generate(fixture, tmp_path)
     recorded: list[tuple[str, str]] = []
-    for name in ("ops.py", "fakes.py"):
-        _run_module(tmp_path / "python" / name, recorded, monkeypatch)
+    for name in ("ops.py", "fakes.py", "sharding.py"):
+        module = _run_module(tmp_path / "python" / name, recorded, monkeypatch)
     expected = {"minimal": ["identity_copy"], "options": ["masked_mix"], "enums": ["paint"],
                 "autograd": ["toy_attn", "toy_attn_grad", "toy_lse_attn", "toy_dropout", "toy_dropout_grad"]}
     assert [op for kind, op in recorded if kind == "fake"] == [f"op_plugin::{op}" for op in expected[fixture]]
+    # sharding.py hands every op's strategies to op_plugin._sharding (DTensor's registration).
+    assert [op for kind, op in recorded if kind == "sharding"] == [f"op_plugin::{op}" for op in expected[fixture]]
+    if fixture == "autograd":
+        q, bias = _Shape([6, 4]), _Shape([6])
+        assert module["_toy_attn_grad_strategies"](q, q, q, q, q) == [
+            ("rows", {"grad_out": 0, "q": 0, "out": 0, "softmax_lse": 0}, {"grad_q": 0, "grad_k": "partial"})]
+        assert module["_toy_lse_attn_strategies"](q, q, bias) == [
+            ("rows", {"q": 0, "bias": 0}, {"out": 0, "lse": None})]
+        assert module["_toy_lse_attn_strategies"](q, q, _Shape([1]), return_lse=True) == [
+            ("rows", {"q": 0, "bias": None}, {"out": 0, "lse": 0})]
+        assert module["_toy_lse_attn_strategies"](q, q, q) == []  # a 2-D bias: no strategy holds
     # The Autograd kernels are C++ (bindings/<op>_autograd.cpp): one per pairing, none in Python.
     autograd = sorted(p.name for p in (tmp_path / "bindings").glob("*_autograd.cpp"))
     assert autograd == (["toy_attn_autograd.cpp", "toy_dropout_autograd.cpp", "toy_lse_attn_autograd.cpp"]

@@ -29,7 +29,7 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,c10::SymInt,c10::SymInt>(
   return op;
 }
 
-// autograd.yaml:67: toy_dropout -> toy_dropout_grad
+// autograd.yaml:80: toy_dropout -> toy_dropout_grad
 // Input edges: one per tensor argument, in order (x); a None optional
 // has an empty edge. Incoming gradients: one per differentiable output (y).
 struct ToyDropoutBackward : torch::autograd::TraceableFunction {

@@ -22,7 +22,7 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,c10::SymInt,c10::SymInt>(
   return op;
 }
 
-// autograd.yaml:60: what the registry says of a vmapped call, read on one sample's arguments.
+// autograd.yaml:73: what the registry says of a vmapped call, read on one sample's arguments.
 op_plugin::vmap::Plan toy_dropout_plan([[maybe_unused]] const at::Tensor & x, [[maybe_unused]] double p) {
   op_plugin::vmap::Plan plan;
   plan.draws = (p > 0.0);

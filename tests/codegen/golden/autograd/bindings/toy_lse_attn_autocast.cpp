@@ -18,7 +18,7 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
   return op;
 }
 
-// autograd.yaml:55: under torch.autocast, q, k, bias in the widest floating dtype among them (float64 and non-floating tensors stay as they are)
+// autograd.yaml:63: under torch.autocast, q, k, bias in the widest floating dtype among them (float64 and non-floating tensors stay as they are)
 ::std::tuple<at::Tensor,at::Tensor> toy_lse_attn_autocast(const at::Tensor & q, const at::Tensor & k, const ::std::optional<at::Tensor> & bias, bool return_lse) {
   // Below autocast: the casts and the op's own call are dispatched as usual, autograd included.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);

@@ -30,7 +30,7 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
   return op;
 }
 
-// autograd.yaml:42: toy_lse_attn -> toy_attn_grad
+// autograd.yaml:50: toy_lse_attn -> toy_attn_grad
 // Input edges: one per tensor argument, in order (q, k, bias); a None optional
 // has an empty edge. Incoming gradients: one per differentiable output (out).
 struct ToyLseAttnBackward : torch::autograd::TraceableFunction {
@@ -116,9 +116,9 @@ variable_list ToyLseAttnBackward::apply(variable_list&& grad_outputs) {
   grad_fn->out_options = out.options();
   if (return_lse != return_lse_run) {
     // The caller asked for other values: the outputs they shape are zero-filled, shaped by the
-    // caller's arguments (the registry's rules over SymInt, so fake tensors work too), on the
-    // device of the other outputs (meta inputs give meta outputs).
-    lse = at::zeros_symint((return_lse ? std::vector<c10::SymInt>{q.sym_size(0)} : std::vector<c10::SymInt>{1}), out.options().dtype(at::kFloat));
+    // caller's arguments (the registry's rules over SymInt, so fake tensors work too), made like
+    // the other outputs (new_zeros: meta inputs give meta outputs, DTensors a replicated DTensor).
+    lse = out.new_zeros_symint((return_lse ? std::vector<c10::SymInt>{q.sym_size(0)} : std::vector<c10::SymInt>{1}), out.options().dtype(at::kFloat));
   }
   return ::std::tuple<at::Tensor,at::Tensor>(out, lse);
 }

@@ -22,7 +22,7 @@ const c10::TypedOperatorHandle<::std::tuple<at::Tensor,at::Tensor>(const at::Ten
   return op;
 }
 
-// autograd.yaml:51: what the registry says of a vmapped call, read on one sample's arguments.
+// autograd.yaml:59: what the registry says of a vmapped call, read on one sample's arguments.
 op_plugin::vmap::Plan toy_lse_attn_plan([[maybe_unused]] const at::Tensor & q, [[maybe_unused]] const at::Tensor & k, [[maybe_unused]] const ::std::optional<at::Tensor> & bias, [[maybe_unused]] bool return_lse) {
   op_plugin::vmap::Plan plan;
   if (!((!bias.has_value() || ((*bias).dim() == 1)))) return plan;

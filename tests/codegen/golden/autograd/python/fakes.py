@@ -25,7 +25,7 @@ def _toy_attn_fake(q: Tensor, k: Tensor, *, mask: Optional[Tensor] = None, scale
     )
 
 
-# autograd.yaml:27
+# autograd.yaml:31
 @torch.library.register_fake("op_plugin::toy_attn_grad")
 def _toy_attn_grad_fake(grad_out: Tensor, q: Tensor, k: Tensor, out: Tensor, softmax_lse: Tensor, mask: Optional[Tensor] = None, scale: float = 1.0, deterministic: bool = True):
     _same_device("toy_attn_grad", grad_out=grad_out, q=q, k=k, out=out, softmax_lse=softmax_lse, mask=mask)
@@ -35,7 +35,7 @@ def _toy_attn_grad_fake(grad_out: Tensor, q: Tensor, k: Tensor, out: Tensor, sof
     )
 
 
-# autograd.yaml:37
+# autograd.yaml:45
 @torch.library.register_fake("op_plugin::toy_lse_attn")
 def _toy_lse_attn_fake(q: Tensor, k: Tensor, bias: Optional[Tensor] = None, return_lse: bool = False):
     _same_device("toy_lse_attn", q=q, k=k, bias=bias)
@@ -45,7 +45,7 @@ def _toy_lse_attn_fake(q: Tensor, k: Tensor, bias: Optional[Tensor] = None, retu
     )
 
 
-# autograd.yaml:60
+# autograd.yaml:73
 @torch.library.register_fake("op_plugin::toy_dropout")
 def _toy_dropout_fake(x: Tensor, p: float = 0.5):
     return (
@@ -55,7 +55,7 @@ def _toy_dropout_fake(x: Tensor, p: float = 0.5):
     )
 
 
-# autograd.yaml:73
+# autograd.yaml:86
 @torch.library.register_fake("op_plugin::toy_dropout_grad")
 def _toy_dropout_grad_fake(grad_y: Tensor, p: float, seed: int, numels: int):
     return (

@@ -40,7 +40,7 @@ def toy_attn_grad(grad_out: Tensor, q: Tensor, k: Tensor, out: Tensor, softmax_l
 
         toy_attn_grad(Tensor grad_out, Tensor q, Tensor k, Tensor out, Tensor softmax_lse, Tensor? mask=None, float scale=1.0, bool deterministic=True) -> (Tensor grad_q, Tensor grad_k)
 
-    Registry: autograd.yaml:27
+    Registry: autograd.yaml:31
     """
     grad_q, grad_k = torch.ops.op_plugin.toy_attn_grad(grad_out, q, k, out, softmax_lse, mask, scale, deterministic)
     return grad_q, grad_k
@@ -53,7 +53,7 @@ def toy_lse_attn(q: Tensor, k: Tensor, bias: Optional[Tensor] = None, return_lse
 
         toy_lse_attn(Tensor q, Tensor k, Tensor? bias=None, bool return_lse=False) -> (Tensor out, Tensor lse)
 
-    Registry: autograd.yaml:37
+    Registry: autograd.yaml:45
     """
     out, lse = torch.ops.op_plugin.toy_lse_attn(q, k, bias, return_lse)
     return out, lse
@@ -66,7 +66,7 @@ def toy_dropout(x: Tensor, p: float = 0.5) -> tuple[Tensor, int, int]:
 
         toy_dropout(Tensor x, float p=0.5) -> (Tensor y, int seed, int numels)
 
-    Registry: autograd.yaml:60
+    Registry: autograd.yaml:73
     """
     y, seed, numels = torch.ops.op_plugin.toy_dropout(x, p)
     return y, seed, numels
@@ -79,7 +79,7 @@ def toy_dropout_grad(grad_y: Tensor, p: float, seed: int, numels: int) -> Tensor
 
         toy_dropout_grad(Tensor grad_y, float p, int seed, int numels) -> Tensor grad_x
 
-    Registry: autograd.yaml:73
+    Registry: autograd.yaml:86
     """
     grad_x = torch.ops.op_plugin.toy_dropout_grad(grad_y, p, seed, numels)
     return grad_x

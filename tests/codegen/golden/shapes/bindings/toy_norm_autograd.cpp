@@ -102,10 +102,10 @@ variable_list ToyNormBackward::apply(variable_list&& grad_outputs) {
   grad_fn->y_options = y.options();
   if (return_rstd != return_rstd_run) {
     // The caller asked for other values: the outputs they shape are zero-filled, shaped by the
-    // caller's arguments (the registry's rules over SymInt, so fake tensors work too), on the
-    // device of the other outputs (meta inputs give meta outputs).
+    // caller's arguments (the registry's rules over SymInt, so fake tensors work too), made like
+    // the other outputs (new_zeros: meta inputs give meta outputs, DTensors a replicated DTensor).
     const auto LEAD = op_plugin::shape_expr::slice(x.sym_sizes(), std::nullopt, -1);
-    rstd = at::zeros_symint((return_rstd ? op_plugin::shape_expr::concat(LEAD, std::vector<c10::SymInt>{1}) : std::vector<c10::SymInt>{0}), y.options().dtype(op_plugin::stats_dtype(x)));
+    rstd = y.new_zeros_symint((return_rstd ? op_plugin::shape_expr::concat(LEAD, std::vector<c10::SymInt>{1}) : std::vector<c10::SymInt>{0}), y.options().dtype(op_plugin::stats_dtype(x)));
   }
   return ::std::tuple<at::Tensor,at::Tensor>(y, rstd);
 }
