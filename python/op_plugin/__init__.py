@@ -41,6 +41,7 @@ else:
 
     from op_plugin import _C  # noqa: E402  (registers torch.ops.op_plugin.*)
     from op_plugin._generated import fakes as _fakes  # noqa: E402,F401
+    from op_plugin._generated import sharding as _sharding_rules  # noqa: E402,F401  (DTensor, on its import)
     from op_plugin._generated.ops import *  # noqa: E402,F401,F403
     from op_plugin._generated.ops import _OP_NAMES as _op_names  # noqa: E402,F401  (demo, doctor)
     from op_plugin._generated.ops import __all__ as _generated_names  # noqa: E402  (the ops and their enums)

@@ -66,7 +66,22 @@ def _doctor() -> int:
     print(f"strict mode      {bool(_C.strict_mode())}")
     print(f"build flags      {_C.build_flags()}")
     print(f"ops              {', '.join(op_plugin._op_names)}")
+    print(f"DTensor          {_dtensor_status()}")
     return 0
+
+
+def _dtensor_status() -> str:
+    """How the ops' sharding strategies are registered with DTensor (importing it registers them)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return "torch.distributed is not available in this torch"
+    import torch.distributed.tensor  # noqa: F401  (the import hook registers the strategies)
+
+    from op_plugin import _sharding
+    how = ("even splits per mesh dimension" if _sharding._has_exact_filter()
+           else "register_sharding, even splits over the whole mesh")
+    return f"strategies of {len(_sharding._registered)} ops registered ({how})"
 
 
 def _new(name: str, directory: str | None, namespace: str, backward: bool) -> int:

@@ -336,7 +336,7 @@ def op_package(package: str, registry: str, kernel_sources: Sequence[str], names
     then the generated bindings with torch's BuildExtension, linked with the installed SDK's
     kernel library. A compile error is the compiler's message. The package's ``__init__.py``
     imports ``op_plugin`` (the fakes use its runtime helpers), then ``._C`` (with the C++
-    Autograd kernels), ``._generated.fakes`` and ``._generated.ops``.
+    Autograd kernels), ``._generated.fakes``, ``._generated.sharding`` (DTensor) and ``._generated.ops``.
     """
     from setuptools.command.build_py import build_py
     from torch.utils.cpp_extension import BuildExtension, CppExtension

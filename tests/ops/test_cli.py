@@ -77,6 +77,7 @@ def test_doctor() -> None:
     assert r.returncode == 0, r.stderr
     for field in ("torch ", "kernel library", "ISA level", "threads", "strict mode", "build flags", "ops "):
         assert field in r.stdout, field
+    assert f"DTensor          strategies of {len(OPS)} ops registered (" in r.stdout
 
 
 def test_bench_prints_the_ratio_table_and_plots(tmp_path: Path) -> None:
