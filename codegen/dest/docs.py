@@ -11,7 +11,7 @@ from typing import Any
 from codegen import expr as E
 from codegen.api import cpp
 from codegen.file_manager import FileManager
-from codegen.model import Check, EnumDef, Let, OpEntry, Registry
+from codegen.model import Check, EnumDef, Let, OpEntry, Registry, ShardingStrategy
 
 
 def _names(e: E.Expr) -> set[str]:
@@ -64,6 +64,7 @@ def op_context(op: OpEntry, registry: Registry) -> dict[str, Any]:
         "random": str(op.random_when) if op.random_when is not None else "",
         "vmap": _vmap_context(op),
         "autocast": {"policy": op.autocast.policy, "inputs": list(op.autocast.inputs)} if op.autocast else None,
+        "sharding": [_sharding_context(s) for s in op.sharding],
         "enums": [{"arg": arg, **enum_context(registry.enum(name))} for arg, name in op.enums],
     }
 
@@ -84,6 +85,12 @@ def _vmap_context(op: OpEntry) -> dict[str, Any] | None:
             "inputs": [(t, _axis_text(inputs.get(t))) for t in tensors],
             "outputs": [(n, _axis_text(a)) for n, a in rule.outputs],
             "replays": {"when": str(rule.replays[0]), "of": rule.replays[1]} if rule.replays else None}
+
+
+def _sharding_context(s: ShardingStrategy) -> dict[str, Any]:
+    return {"name": s.name, "when": str(s.when) if s.when is not None else "",
+            "inputs": [(n, _axis_text(a)) for n, a in s.inputs],
+            "outputs": [(n, _axis_text(a)) for n, a in s.outputs] + [(n, "partial sum") for n in s.partial]}
 
 
 def enum_context(e: EnumDef) -> dict[str, Any]:
