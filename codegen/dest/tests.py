@@ -152,6 +152,7 @@ def _op_context(registry: Registry, op: OpEntry) -> Optional[dict[str, Any]]:
         "checks": _checks(op),
         "differentiable_inputs": [], "differentiable_outputs": [], "forward": None,
         "autocast": {"policy": op.autocast.policy, "inputs": list(op.autocast.inputs)} if op.autocast else None,
+        "sharding": [s.name for s in op.sharding],
     }
     if op.autograd is not None:
         pair = op.autograd

@@ -18,6 +18,8 @@ checks here are what a demanding user runs on a custom op:
     check_vmap         torch.vmap (and vmap of vjp) equals the op called per sample, up to rounding
     check_autocast     under torch.autocast the op makes the call its autocast: rule says, bit for bit,
                        forward, backward, in fake mode and compiled (ops with an autocast: rule)
+    check_sharding     each strategy of the op's sharding: rule (what DTensor runs on each rank): the op
+                       called on even shards of a sample, its outputs joined, gives the unsplit call
     check_eager_path   no Python runs on the eager call, forward or backward, past torch's own
                        entry points (the op's Autograd kernel, binding and kernels are C++)
     check_error        one failing call per check: a mutated sample fires the check's text, in
@@ -104,6 +106,7 @@ class OpSpec:
     reference_returns: list[str] = field(default_factory=list)
     forward: Optional[ForwardSpec] = None
     autocast: Optional[AutocastSpec] = None
+    sharding: list[str] = field(default_factory=list)  # the names of the registry's sharding: strategies
 
 
 # ---- error budget ---------------------------------------------------------------------------------
@@ -755,6 +758,76 @@ def _check_autocast_compile(spec: OpSpec, x: dict[str, Any]) -> None:
     (want, want_grads), (got, got_grads) = results
     _assert_same(got, want, f"{spec.name} compiled under autocast")
     _assert_same(got_grads, want_grads, f"{spec.name} compiled under autocast, grads")
+
+
+def sharding_strategies(op: Any, x: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The op's sharding: strategies that hold for the call ``x`` (python/sharding.py, as DTensor
+    evaluates them): (name, {input: split axis or None}, {output: axis, None or "partial"})."""
+    from op_plugin import _sharding
+    return _sharding.RULES[str(op._schema.name)](**x)
+
+
+def even_shards(x: dict[str, Any], inputs: dict[str, Any], most: int = 5) -> int:
+    """The fewest ranks (2 to ``most``) over which every axis ``inputs`` splits divides evenly, none
+    empty (DTensor splits no axis shorter than the ranks); 0 if none."""
+    sizes = [x[n].size(a) for n, a in inputs.items() if a is not None and isinstance(x.get(n), torch.Tensor)]
+    return next((r for r in range(2, most + 1) if sizes and all(s % r == 0 and s >= r for s in sizes)), 0)
+
+
+def check_sharded_call(op: Any, x: dict[str, Any], outputs: list[str], strategy: tuple[str, dict[str, Any], dict[str, Any]],
+                       ranks: int, what: str) -> None:
+    """What DTensor does with ``strategy`` on a mesh of ``ranks``: each input split along its axis
+    (contiguous shards, as DTensor's), the op called on each rank's, each output joined (concatenated
+    along its axis; without one every rank's equals the unsplit call's; "partial": the ranks' sum).
+    Equal to the unsplit call up to rounding (the kernels' plan may change with a shard's size and
+    reorder a sum; a partial output is summed in another order). Int outputs are left out: each
+    rank's describe its own call."""
+    name, inputs, joins = strategy
+    whole = _outputs(op(**x), outputs)
+    split = {n: [t.contiguous() for t in x[n].chunk(ranks, a)] for n, a in inputs.items()
+             if a is not None and isinstance(x.get(n), torch.Tensor)}
+    per_rank = [_outputs(op(**{**x, **{n: s[r] for n, s in split.items()}}), outputs) for r in range(ranks)]
+    for out, want in whole.items():
+        if not isinstance(want, torch.Tensor):
+            continue
+        join, got = joins[out], [p[out] for p in per_rank]
+        label = f"{what}, strategy {name} over {ranks} ranks, {out}"
+        if join == "partial":
+            torch.testing.assert_close(torch.stack([g.double() for g in got]).sum(0).to(want.dtype), want,
+                                       equal_nan=True, msg=lambda m: f"{label} (summed): {m}")
+        elif join is None:
+            for r, g in enumerate(got):
+                torch.testing.assert_close(g, want, equal_nan=True, msg=lambda m: f"{label} (rank {r}'s): {m}")
+        else:
+            torch.testing.assert_close(torch.cat(got, join), want, equal_nan=True, msg=lambda m: f"{label}: {m}")
+
+
+def check_sharding(spec: OpSpec) -> None:
+    """The op's sharding: strategies compute the unsplit call (check_sharded_call): every sample
+    with every strategy that holds for it, over the fewest ranks (2 to 5) that split it evenly, in
+    float32 (the first allowed dtype without it). A sample no rank count splits evenly (a batch of
+    1) is joined with a copy of itself with other values along the strategy's axes (a batch of 2:
+    one copy per rank), where the strategy holds for the joined call. Each strategy must be
+    exercised by some sample: add a sample where none holds."""
+    dtype = _first_dtype(spec)
+    count = len(spec.samples if spec.samples is not None else spec.forward.samples)
+    exercised: set[str] = set()
+    for i in range(count):
+        x, other = _sample_copies(spec, i, 2, dtype)
+        for name, inputs, _ in sharding_strategies(spec.op, x):
+            call, ranks = x, even_shards(x, inputs)
+            if not ranks:
+                call = {**x, **{n: torch.cat([x[n], other[n]], a) for n, a in inputs.items()
+                                if a is not None and isinstance(x.get(n), torch.Tensor)}}
+                ranks = 2
+            strategy = next((s for s in sharding_strategies(spec.op, call) if s[0] == name), None)
+            if strategy is not None and even_shards(call, strategy[1]) == ranks:
+                check_sharded_call(spec.op, call, spec.outputs, strategy, ranks,
+                                   f"{spec.name} sample {i}{'' if call is x else ' joined with a copy'}")
+                exercised.add(name)
+    missing = [n for n in spec.sharding if n not in exercised]
+    assert not missing, (f"{spec.name}: no sample exercises the sharding strategies {missing}: add a sample "
+                         "where they hold")
 
 
 def check_no_grad(spec: OpSpec) -> None:

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import op_plugin
 from op_plugin.distributed import ring_flash_attn, shard_sequence, unshard_sequence
+from spawn_util import spawn_and_load
 
 TEMPLATE = torch.triu(torch.ones(2048, 2048, dtype=torch.int8), 1)
 SPAWN_TIMEOUT_S = 180  # a hung ring fails the test instead of blocking CI
@@ -120,15 +119,7 @@ def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
 
 
 def _spawn(world: int, tmp: Path) -> list[dict[str, dict[str, torch.Tensor]]]:
-    ctx = mp.spawn(_worker, args=(world, str(tmp / "store"), str(tmp)), nprocs=world, join=False)
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    while not ctx.join(timeout=max(deadline - time.monotonic(), 0.1)):  # raises if a worker failed
-        if time.monotonic() >= deadline:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.terminate()
-            pytest.fail(f"ring attention workers (world {world}) did not finish within {SPAWN_TIMEOUT_S} s")
-    return [torch.load(tmp / f"rank{r}.pt") for r in range(world)]
+    return spawn_and_load(_worker, world, tmp, SPAWN_TIMEOUT_S, "ring attention")
 
 
 @pytest.fixture(scope="module")
