@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import op_plugin
 from op_plugin.distributed import ring_flash_attn, shard_sequence
@@ -127,18 +125,8 @@ def _ring_worker(rank: int, shape: tuple[int, int, int, int], workloads: list[tu
 
 
 def run_all(shape: tuple[int, int, int, int], workloads: list[tuple[str, bool, int]]) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        result = os.path.join(tmp, "times.json")
-        ctx = mp.spawn(_ring_worker, args=(shape, workloads, os.path.join(tmp, "store"), result), nprocs=WORLD,
-                       join=False)
-        deadline = time.monotonic() + TIMEOUT_S
-        while not ctx.join(timeout=max(deadline - time.monotonic(), 0.1)):
-            if time.monotonic() >= deadline:
-                for p in ctx.processes:
-                    p.terminate()
-                raise TimeoutError(f"ring attention benchmark workers did not finish within {TIMEOUT_S} s")
-        with open(result) as f:
-            return json.load(f)
+    from common import spawn_ranks
+    return spawn_ranks(_ring_worker, (shape, workloads), WORLD, TIMEOUT_S, "ring attention benchmark")
 
 
 def run(quick: bool = False) -> list[dict[str, object]]:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -111,6 +112,28 @@ def run_in_fresh_process(module: str, function: str, *args: object) -> object:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def spawn_ranks(worker: object, args: tuple[object, ...], world: int, timeout_s: float, what: str) -> object:
+    """Runs ``worker(rank, *args, store, result)`` in ``world`` spawned processes (``store``: a file
+    for init_process_group's file:// method, in a temporary directory) and returns the JSON the
+    workers wrote to ``result``; a worker's error is raised here, and a hang past ``timeout_s``
+    terminates them."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "result.json")
+        ctx = mp.spawn(worker, args=(*args, os.path.join(tmp, "store"), result), nprocs=world, join=False)
+        deadline = time.monotonic() + timeout_s
+        while not ctx.join(timeout=max(deadline - time.monotonic(), 0.1)):  # raises if a worker failed
+            if time.monotonic() >= deadline:
+                for p in ctx.processes:
+                    p.terminate()
+                raise TimeoutError(f"{what} workers did not finish within {timeout_s} s")
+        with open(result) as f:
+            return json.load(f)
 
 
 def _status_mb(field: str) -> float:
