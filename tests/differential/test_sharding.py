@@ -14,24 +14,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import op_plugin
 import pytest
 import torch
-from cases import (
-    _flash_inputs,
-    _generator,
-    _mode,
-    _randn,
-    _swa_inputs,
-    bar_cases,
-    flash_attn_cases,
-    floyd_cases,
-    swa_cases,
-)
+from cases import _flash_inputs, _generator, _mode, _randn, _swa_inputs, bar_cases, flash_attn_cases, floyd_cases, swa_cases
 from hypothesis import HealthCheck, given, seed, settings
-from op_plugin import testing
 
 from codegen.parse import load_registry
+from op_plugin import testing  # registers the ops
 
 EXAMPLES = int(os.environ.get("OP_PLUGIN_SHARDING_EXAMPLES", "60"))
 DTYPES = (torch.float32, torch.float64)
@@ -132,5 +121,3 @@ def test_strategies_compute_the_unsplit_call_across_the_feature_space(family: st
 def test_every_op_with_strategies_is_drawn() -> None:
     assert {op for op, entry in REGISTRY.items() if entry.sharding} == set().union(*OPS_OF.values())
 
-
-del op_plugin  # imported for its registrations

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import op_plugin
 import pytest
 import torch
 import torch.distributed as dist
-from spawn_util import spawn_and_load
+from spawn_util import init_rank, spawn_and_load
+
+import op_plugin
 
 SPAWN_TIMEOUT_S = 180
 COLLECTIVE_TIMEOUT = timedelta(seconds=60)
@@ -149,10 +150,7 @@ def _run_compiled(mesh: Any) -> dict[str, Any]:
 
 
 def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=COLLECTIVE_TIMEOUT)
+    init_rank(rank, world, store, COLLECTIVE_TIMEOUT)
     try:
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh("cpu", (world,))

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 import op_plugin
 from op_plugin.distributed import ring_flash_attn, shard_sequence, unshard_sequence
-from spawn_util import spawn_and_load
+from spawn_util import init_rank, spawn_and_load
 
 TEMPLATE = torch.triu(torch.ones(2048, 2048, dtype=torch.int8), 1)
 SPAWN_TIMEOUT_S = 180  # a hung ring fails the test instead of blocking CI
@@ -95,10 +95,7 @@ def _refused_error(rank: int) -> str:
 
 
 def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=COLLECTIVE_TIMEOUT)
+    init_rank(rank, world, store, COLLECTIVE_TIMEOUT)
     try:
         results = {name: _run_case(name, rank, world, None) for name in CASES}
         if world == 3:
