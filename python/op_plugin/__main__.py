@@ -59,6 +59,7 @@ def _doctor() -> int:
     import op_plugin
     from op_plugin import _build_info, _C
 
+    dtensor = _dtensor_status()  # first: its import flushes stdout, which `doctor | head` would have closed
     print(f"torch            {torch.__version__} (built against {_build_info.TORCH_VERSION})")
     print(f"kernel library   {_C.kernel_library_version()}")
     print(f"ISA level        {_C.isa_level()}")
@@ -66,7 +67,7 @@ def _doctor() -> int:
     print(f"strict mode      {bool(_C.strict_mode())}")
     print(f"build flags      {_C.build_flags()}")
     print(f"ops              {', '.join(op_plugin._op_names)}")
-    print(f"DTensor          {_dtensor_status()}")
+    print(f"DTensor          {dtensor}")
     return 0
 
 
