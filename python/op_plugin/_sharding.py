@@ -10,10 +10,11 @@ the ranks splitting them: no rank gets a ragged or an empty shard (the kernels r
 tensors), and a rank's query heads always meet their own GQA group's key heads.
 
 That filter needs DTensor's strategy expansion (``expand_to_full_mesh_op_strategy`` with its
-``is_valid_strategy_cb``), an internal API, used as its public ``register_sharding`` uses it. A
-torch without it gets ``register_sharding`` with a stricter filter: every split axis divisible by
-the whole mesh's size (on a mesh of more than one dimension that refuses some valid splits, which
-DTensor then redistributes: slower, never wrong).
+filter: ``is_valid_strategy_cb`` in torch 2.13, ``full_mesh_strategy_filter`` in 2.14), an
+internal API, used as its public ``register_sharding`` uses it. A torch without it gets
+``register_sharding`` with a stricter filter: every split axis divisible by the whole mesh's size
+(on a mesh of more than one dimension that refuses some valid splits, which DTensor then
+redistributes: slower, never wrong).
 
 Registering imports torch.distributed.tensor, which takes about 0.6 s: it is done when that
 module is first imported (at once if it already is), so ``import op_plugin`` costs nothing more.
@@ -77,15 +78,25 @@ def _register_all_or_warn() -> None:
         warnings.warn(f"op_plugin: the ops' DTensor sharding strategies were not registered: {e!r}", stacklevel=2)
 
 
-def _has_exact_filter() -> bool:
+# The expansion's per-combination filter, by torch release: 2.14 renamed 2.13's argument.
+FILTER_ARGUMENTS = ("full_mesh_strategy_filter", "is_valid_strategy_cb")
+
+
+def _filter_argument() -> str | None:
     try:
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
     except ImportError:
-        return False
+        return None
     propagator = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
-    return (hasattr(propagator, "register_op_strategy")
-            and "is_valid_strategy_cb" in inspect.signature(expand_to_full_mesh_op_strategy).parameters)
+    if not hasattr(propagator, "register_op_strategy"):
+        return None
+    parameters = inspect.signature(expand_to_full_mesh_op_strategy).parameters
+    return next((name for name in FILTER_ARGUMENTS if name in parameters), None)
+
+
+def _has_exact_filter() -> bool:
+    return _filter_argument() is not None
 
 
 def _register_exact(op: Any, strategies: Callable[..., list[tuple[list[Any], list[Any]]]]) -> None:
@@ -99,12 +110,14 @@ def _register_exact(op: Any, strategies: Callable[..., list[tuple[list[Any], lis
     def spec_of(arg: Any) -> Any:  # an input's current placement, as register_sharding passes it
         return arg.strategies[0].output_spec if isinstance(arg, OpStrategy) else arg
 
+    keep = {_filter_argument(): _splits_evenly}
+
     def strategy(op_schema: Any) -> Any:
         args = [spec_of(a) for a in op_schema.args_schema]
         kwargs = {k: spec_of(v) for k, v in op_schema.kwargs_schema.items()}
         return expand_to_full_mesh_op_strategy(
             op_schema.get_mesh_from_args(), op_schema, [outs + ins for outs, ins in strategies(*args, **kwargs)],
-            input_index=len(op._schema.returns), is_valid_strategy_cb=_splits_evenly)
+            input_index=len(op._schema.returns), **keep)
 
     arguments = op._schema.arguments
     positional = [i for i, a in enumerate(arguments) if not a.kwarg_only and not _is_tensor_type(a.type)]
