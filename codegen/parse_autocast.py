@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from codegen import expr as E
 from codegen.model import AutocastRule, Location
-from codegen.parse_common import Errors, keys_of, line_of, see
+from codegen.parse_common import Errors, known_keys_only, line_of, see
 
 AUTOCAST_KEYS = {"policy", "inputs"}
 POLICIES = ("lower_precision_fp", "fp32", "promote")
@@ -29,12 +29,7 @@ def parse_autocast(e: dict[str, Any], op: str, func: Any, path: str, errors: Err
         errors.add(line, op, f"'autocast:' takes {{policy: {' | '.join(POLICIES)}, inputs: [tensor arguments]}}"
                    f"{see('autocast')}")
         return None
-    ok = True
-    for k in keys_of(spec):
-        if k not in AUTOCAST_KEYS:
-            errors.add(line_of(spec, k, line), op, f"autocast: unknown key {k!r}; known: "
-                       f"{', '.join(sorted(AUTOCAST_KEYS))}{see('autocast')}")
-            ok = False
+    ok = known_keys_only(spec, AUTOCAST_KEYS, "autocast", "autocast", line, op, errors)
     policy = spec.get("policy")
     if policy not in POLICIES:
         errors.add(line_of(spec, "policy", line), op, f"autocast.policy must be one of {', '.join(POLICIES)}, "

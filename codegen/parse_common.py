@@ -76,6 +76,17 @@ def keys_of(d: dict[str, Any]) -> list[str]:
     return [k for k in d if k not in META_KEYS]
 
 
+def known_keys_only(spec: dict[str, Any], known: set[str], where: str, section: str, line: int, op: str,
+                    errors: Errors) -> bool:
+    """Reports each key of ``spec`` not in ``known`` (``WHERE: unknown key 'k'; known: ...``, pointing
+    at ``section`` of the reference); True when there is none."""
+    unknown = [k for k in keys_of(spec) if k not in known]
+    for k in unknown:
+        errors.add(line_of(spec, k, line), op, f"{where}: unknown key {k!r}; known: {', '.join(sorted(known))}"
+                   f"{see(section)}")
+    return not unknown
+
+
 def expr_text(v: Any) -> str:
     """An expression written as YAML: text, a number, or a flow list such as ``[T, H]``."""
     if isinstance(v, list):

@@ -20,7 +20,7 @@ from typing import Any
 
 from codegen import expr as E
 from codegen.model import Axis, Location, ShardingStrategy
-from codegen.parse_common import Errors, keys_of, line_of, see
+from codegen.parse_common import Errors, keys_of, known_keys_only, line_of, see
 from codegen.parse_vmap import parse_axis, parse_condition
 
 STRATEGY_KEYS = {"when", "inputs", "outputs"}
@@ -54,12 +54,7 @@ def _strategy(name: str, spec: Any, line: int, env: dict[str, str], tensors: lis
         errors.add(line, op, f"{key}: a strategy is `NAME: {{when, inputs, outputs}}` (NAME an identifier)"
                    f"{see('sharding')}")
         return None
-    ok = True
-    for k in keys_of(spec):
-        if k not in STRATEGY_KEYS:
-            errors.add(line_of(spec, k, line), op, f"{key}: unknown key {k!r}; known: "
-                       f"{', '.join(sorted(STRATEGY_KEYS))}{see('sharding')}")
-            ok = False
+    ok = known_keys_only(spec, STRATEGY_KEYS, key, "sharding", line, op, errors)
     when = None
     if "when" in spec:
         w_line = line_of(spec, "when", line)

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from codegen import expr as E
 from codegen.model import Axis, Location, VmapRule
-from codegen.parse_common import Errors, Invalid, at_key, expr_text, keys_of, line_of, see
+from codegen.parse_common import Errors, Invalid, at_key, expr_text, keys_of, known_keys_only, line_of, see
 
 VMAP_KEYS = {"when", "inputs", "outputs", "replays"}
 REPLAYS_KEYS = {"when", "of"}
@@ -29,10 +29,7 @@ def parse_vmap(e: dict[str, Any], op: str, func: Any, path: str, errors: Errors)
     if not isinstance(spec, dict):
         errors.add(line, op, f"'vmap:' takes {', '.join(sorted(VMAP_KEYS))}{see('vmap')}")
         return None
-    for k in keys_of(spec):
-        if k not in VMAP_KEYS:
-            errors.add(line_of(spec, k, line), op, f"vmap: unknown key {k!r}; known: {', '.join(sorted(VMAP_KEYS))}"
-                       f"{see('vmap')}")
+    known_keys_only(spec, VMAP_KEYS, "vmap", "vmap", line, op, errors)
     # Arguments only: the rule is evaluated before the checks, where no let is computed yet.
     env = {a.name: E.kind_of_type(a.type) for a in func.arguments.flat_all}
     tensors = [n for n, k in env.items() if E.base(k) == E.TENSOR]
