@@ -112,14 +112,32 @@ def _attend(qb, kb, vb, ok, scale, sinks, use_sdpa):
     return out * valid.view(-1, 1, 1).to(out.dtype), lse
 
 
-def flash_attn_reference(q, k, v, *, layout_q="BSND", layout_out=None, cu_seqlens_q=None, cu_seqlens_kv=None,
-              seqused_q=None, seqused_kv=None, sinks=None, softmax_scale=1.0, mask_mode=0, win_left=-1,
-              win_right=-1, use_sdpa=False, **_ignored):
-    """out (in layout_out) and lse ((B, N1, S) or (N1, T)) of the op, differentiable in q, k, v."""
+def paged_sequences(cache: torch.Tensor, block_table: torch.Tensor, seqused_kv: torch.Tensor,
+                    layout_kv: str) -> list[torch.Tensor]:
+    """The [seqused_kv[b], N, D] keys (or values) of each sequence of a paged cache: key j of
+    sequence b is row j % block_size of block block_table[b][j // block_size]."""
+    rows = cache if layout_kv == "PA_BBND" else cache.transpose(1, 2)  # [blocks, block_size, N, D]
+    block_size = rows.shape[1]
+    out = []
+    for b in range(block_table.shape[0]):
+        j = torch.arange(int(seqused_kv[b]))
+        out.append(rows[block_table[b].long()[j // block_size], j % block_size])
+    return out
+
+
+def flash_attn_reference(q, k, v, *, layout_q="BSND", layout_kv=None, layout_out=None, block_table=None,
+              cu_seqlens_q=None, cu_seqlens_kv=None, seqused_q=None, seqused_kv=None, sinks=None,
+              softmax_scale=1.0, mask_mode=0, win_left=-1, win_right=-1, use_sdpa=False, **_ignored):
+    """out (in layout_out) and lse ((B, N1, S) or (N1, T)) of the op, differentiable in q, k, v.
+    A paged cache (block_table, layout_kv PA_BBND / PA_BNBD) is read through paged_sequences."""
     layout_out = layout_out or layout_q
     qs = _fa_segments(q, layout_q, cu_seqlens_q)
-    ks = _fa_segments(k, layout_q, cu_seqlens_kv)
-    vs = _fa_segments(v, layout_q, cu_seqlens_kv)
+    if block_table is not None:
+        ks = paged_sequences(k, block_table, seqused_kv, layout_kv)
+        vs = paged_sequences(v, block_table, seqused_kv, layout_kv)
+    else:
+        ks = _fa_segments(k, layout_q, cu_seqlens_kv)
+        vs = _fa_segments(v, layout_q, cu_seqlens_kv)
     outs, lses = [], []
     for b, (qb, kb, vb) in enumerate(zip(qs, ks, vs)):
         sq = qb.shape[0] if seqused_q is None else min(qb.shape[0], int(seqused_q[b]))

@@ -237,6 +237,120 @@ def check_flash_attn(case: Case) -> None:
             case["d"], dtype, summed=summed)
 
 
+# ---- flash_attn with a paged KV cache ------------------------------------------------------------
+
+PAGED_LAYOUTS = ("PA_BBND", "PA_BNBD")
+
+
+@st.composite
+def flash_attn_paged_cases(draw, layouts: tuple[str, ...] = FLASH_LAYOUTS,
+                           dtypes: tuple[torch.dtype, ...] = DTYPES, long: bool = False) -> Case:
+    """A flash_attn call (flash_attn_cases) whose keys and values sit in a paged cache: a block
+    size that need not divide the lengths, blocks in random order, sometimes a first block that
+    two sequences share (a cached prefix), a cache whose blocks are not adjacent in memory."""
+    case = draw(flash_attn_cases(layouts=layouts, dtypes=dtypes, long=long))
+    case["layout_kv"] = draw(st.sampled_from(PAGED_LAYOUTS))
+    case["share_prefix"] = draw(st.booleans())
+    case["block_size"] = draw(st.sampled_from([1, 5] if case["share_prefix"] else [1, 5, 16, 32, 64]))
+    if case["share_prefix"]:  # two sequences of at least a block each
+        if len(case["sq"]) == 1:
+            for key in ("sq", "skv", "seqused_q", "seqused_kv"):
+                if key in case:
+                    case[key] = case[key] * 2
+        bs = case["block_size"]
+        if case["layout"] == "TND":
+            case["skv"][:2] = [max(n, bs) for n in case["skv"][:2]]
+        else:
+            case["skv"] = [max(case["skv"][0], bs)] * len(case["skv"])
+    case.setdefault("seqused_kv", list(case["skv"]))  # a paged call gives every sequence's length
+    case["strided_cache"] = draw(st.booleans())
+    return case
+
+
+def _kv_sequences(t: torch.Tensor, layout: str, cu_seqlens_kv) -> list[torch.Tensor]:
+    """Views [rows, N, D] of each sequence of a dense k or v."""
+    if layout == "TND":
+        return [t[int(cu_seqlens_kv[b]):int(cu_seqlens_kv[b + 1])] for b in range(len(cu_seqlens_kv) - 1)]
+    return list(t.unbind(0)) if layout == "BSND" else [x.transpose(0, 1) for x in t.unbind(0)]
+
+
+def _page(case: Case, seqs_k: list[torch.Tensor], seqs_v: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """(k cache, v cache, block_table) holding the sequences' rows: the blocks in a random order,
+    sequence 1's first block sequence 0's when shared; rows no sequence owns are NaN and table
+    entries past a sequence's blocks -1, so reading either shows in the result."""
+    g, bs = _generator(case), case["block_size"]
+    own = [-(-len(s) // bs) for s in seqs_k]
+    shared = case["share_prefix"] and len(seqs_k) > 1 and min(len(seqs_k[0]), len(seqs_k[1])) >= bs
+    width = max(own) + 1
+    order = torch.randperm(sum(own) + 2, generator=g)  # two blocks no sequence owns
+    table = torch.full((len(seqs_k), width), -1, dtype=torch.int32)
+    caches = []
+    for seqs in (seqs_k, seqs_v):
+        n, dim = seqs[0].shape[1], seqs[0].shape[2]
+        # a strided cache: the k and v of a block side by side, as one [blocks, 2, ...] allocation
+        whole = torch.full((len(order), 2 if case["strided_cache"] else 1, bs, n, dim), float("nan"), dtype=seqs[0].dtype)
+        caches.append(whole[:, 0])
+    used = 0
+    for b, (sk, sv) in enumerate(zip(seqs_k, seqs_v)):
+        for i in range(own[b]):
+            block = int(table[0, 0]) if (shared and b == 1 and i == 0) else int(order[used])
+            used += 0 if (shared and b == 1 and i == 0) else 1
+            table[b, i] = block
+            rows = slice(i * bs, min((i + 1) * bs, len(sk)))
+            for cache, seq in ((caches[0], sk), (caches[1], sv)):
+                cache[block, : rows.stop - rows.start] = seq[rows]
+    if case["layout_kv"] == "PA_BNBD":  # the same blocks, heads before rows
+        caches = [c.transpose(1, 2).contiguous() for c in caches]
+        if case["strided_cache"]:
+            caches = [torch.stack([c, c], 1)[:, 0] for c in caches]
+    return caches[0], caches[1], table
+
+
+def _paged_inputs(case: Case) -> tuple[dict, dict]:
+    """(the paged call, the same call with dense k and v)."""
+    dense, _ = _flash_inputs(case)
+    layout = case["layout"]
+    seqs_k = _kv_sequences(dense["k"], layout, dense.get("cu_seqlens_kv"))
+    seqs_v = _kv_sequences(dense["v"], layout, dense.get("cu_seqlens_kv"))
+    if case["share_prefix"] and len(seqs_k) > 1 and min(len(seqs_k[0]), len(seqs_k[1])) >= case["block_size"]:
+        bs = case["block_size"]  # a shared block holds the same keys in both sequences
+        seqs_k[1][:bs] = seqs_k[0][:bs]
+        seqs_v[1][:bs] = seqs_v[0][:bs]
+    k, v, table = _page(case, seqs_k, seqs_v)
+    paged = {key: val for key, val in dense.items() if key != "cu_seqlens_kv"}
+    paged.update(k=k, v=v, block_table=table, layout_kv=case["layout_kv"])
+    return paged, dense
+
+
+def check_flash_attn_paged(case: Case) -> None:
+    """A paged flash_attn call: the dense call's bits, within budget of the float64 reference read
+    through the block table, the same shapes in fake mode, and a backward that refuses."""
+    paged, dense = _paged_inputs(case)
+    out, lse = op_plugin.flash_attn(**paged, return_softmax_lse=True)
+    dense_out, dense_lse = op_plugin.flash_attn(**dense, return_softmax_lse=True)
+    assert torch.equal(out, dense_out) and torch.equal(lse, dense_lse), "a paged call must compute the dense call"
+    ref_opts = {key: val for key, val in paged.items() if key not in ("q", "k", "v", "sinks", "mask_mode")}
+    ref_opts["mask_mode"] = _mode(paged["mask_mode"])
+    sinks = paged.get("sinks")
+    ref_out, ref_lse = flash_attn_reference(paged["q"].double(), paged["k"].double(), paged["v"].double(),
+                                            sinks=None if sinks is None else sinks.double(), **ref_opts)
+    same_out = flash_attn_reference(paged["q"], paged["k"], paged["v"], sinks=sinks, use_sdpa=True, **ref_opts)[0]
+    assert_within_budget(out, same_out, ref_out, "attn_out")
+    inf = torch.isinf(ref_lse)
+    assert torch.equal(torch.isinf(lse), inf), "lse must be +inf exactly on empty rows"
+    registered = dict(paged, mask_mode=ref_opts["mask_mode"], return_softmax_lse=True)
+    _same_in_fake(torch.ops.op_plugin.flash_attn.default, [], registered, (out, lse))
+    if case["seed"] % 4 == 0:  # the derivative is not implemented, and says so when it is asked for
+        q = paged["q"].detach().requires_grad_(True)
+        attn = op_plugin.flash_attn(**dict(paged, q=q))[0]
+        try:
+            attn.sum().backward()
+        except RuntimeError as e:
+            assert "derivative of flash_attn with a paged KV cache" in str(e), e
+        else:
+            raise AssertionError("the backward of a paged call must refuse")
+
+
 # ---- swa_forward / swa_backward -----------------------------------------------------------------
 
 @st.composite
@@ -495,6 +609,7 @@ def check_bar(case: Case) -> None:
 
 FAMILIES: dict[str, tuple[Callable[..., st.SearchStrategy[Case]], Callable[[Case], None]]] = {
     "flash_attn": (flash_attn_cases, check_flash_attn),
+    "flash_attn_paged": (flash_attn_paged_cases, check_flash_attn_paged),
     "swa": (swa_cases, check_swa),
     "fused_floyd_attention": (floyd_cases, check_floyd),
     "block_attention_residuals": (bar_cases, check_bar),
@@ -502,6 +617,7 @@ FAMILIES: dict[str, tuple[Callable[..., st.SearchStrategy[Case]], Callable[[Case
 # The short run draws each layout and dtype on its own (the long run draws them together), so
 # every pair is covered, each with the features must_cover lists, or the short run fails.
 VARIANTS = {"flash_attn": [dict(layouts=(layout,), dtypes=(dt,)) for layout in FLASH_LAYOUTS for dt in DTYPES],
+            "flash_attn_paged": [dict(layouts=(layout,), dtypes=(dt,)) for layout in FLASH_LAYOUTS for dt in DTYPES],
             "swa": [dict(layouts=(layout,), dtypes=(dt,)) for layout in SWA_LAYOUTS for dt in DTYPES],
             "fused_floyd_attention": [dict(dtypes=(dt,)) for dt in DTYPES],
             "block_attention_residuals": [dict(dtypes=(dt,)) for dt in DTYPES]}
@@ -514,6 +630,8 @@ def must_cover(family: str, variant: dict) -> list[str]:
         need.append("Dv < D")
         if variant["layouts"] == ("TND",):
             need += ["TND, Dv < D", "TND with an empty sequence"]
+    if family == "flash_attn_paged":
+        need += ["a block size that does not divide a length", "a shared prefix block"]
     if family == "fused_floyd_attention":
         need.append("mask full rows")
     if family == "block_attention_residuals":
@@ -521,6 +639,7 @@ def must_cover(family: str, variant: dict) -> list[str]:
     return need
 # the ops each family's calls exercise (forward, backward op called directly, autograd)
 OPS_OF = {"flash_attn": ("flash_attn_metadata", "flash_attn", "flash_attn_grad"),
+          "flash_attn_paged": ("flash_attn",),
           "swa": ("swa_forward", "swa_backward"),
           "fused_floyd_attention": ("fused_floyd_attention", "fused_floyd_attention_grad"),
           "block_attention_residuals": ("block_attention_residuals", "block_attention_residuals_grad")}
@@ -533,7 +652,13 @@ def features(family: str, case: Case) -> list[str]:
     sizes = case.get("sq", []) + case.get("skv", []) + [case.get(c, 0) for c in "nmkht"]
     out = [f"dtype {dtype}"] + ["a length at a tile edge"] * any(s in edges for s in sizes)
     out += ["a length over 512"] * any(s > 512 for s in sizes)
-    if family == "flash_attn":
+    if family == "flash_attn_paged":
+        bs, used = case["block_size"], case["seqused_kv"]
+        out += [f"layout_kv {case['layout_kv']}"]
+        out += ["a block size that does not divide a length"] * any(n % bs for n in used)
+        out += ["a shared prefix block"] * (case["share_prefix"] and len(used) > 1 and min(case["skv"][:2]) >= bs)
+        out += ["a strided cache"] * case["strided_cache"]
+    if family in ("flash_attn", "flash_attn_paged"):
         mode = _mode(case["mask_mode"])
         out += [f"layout {case['layout']}", f"mask_mode {mode}",
                 f"mask_mode given as {type(case['mask_mode']).__name__}"]

@@ -722,10 +722,14 @@ TND_ERRORS = [
 FWD_ERRORS = COMMON_ERRORS + [
     (dict(k=_z(2, 7, 2, 16, dtype=torch.float64)), "dtype of k must be the same as q (float32), but got float64."),
     (dict(v=_z(2, 7, 2, 16, dtype=torch.bfloat16)), "dtype of v must be the same as q (float32), but got bfloat16."),
-    (dict(layout_kv="BNSD"), "layout_q(BSND), layout_kv(BNSD), layout_out(BSND) must be the same. (BNSD in may give BSND out.)"),
-    (dict(layout_out="BNSD"), "layout_q(BSND), layout_kv(BSND), layout_out(BNSD) must be the same. (BNSD in may give BSND out.)"),
-    (dict(layout_out="TND"), "layout_q(BSND), layout_kv(BSND), layout_out(TND) must be the same. (BNSD in may give BSND out.)"),
-    (dict(block_table=_z(2, 4, dtype=torch.int32)), "block_table (paged KV cache) is not supported by the CPU kernels yet"),
+    (dict(layout_kv="BNSD"), "layout_q(BSND), layout_kv(BNSD), layout_out(BSND) must be the same. (BNSD in may give BSND out; a paged KV cache has "
+     "layout_kv PA_BBND or PA_BNBD.)"),
+    (dict(layout_out="BNSD"), "layout_q(BSND), layout_kv(BSND), layout_out(BNSD) must be the same. (BNSD in may give BSND out; a paged KV cache has "
+     "layout_kv PA_BBND or PA_BNBD.)"),
+    (dict(layout_out="TND"), "layout_q(BSND), layout_kv(BSND), layout_out(TND) must be the same. (BNSD in may give BSND out; a paged KV cache has "
+     "layout_kv PA_BBND or PA_BNBD.)"),
+    (dict(block_table=_z(2, 4, dtype=torch.int32)),
+     "block_table must not be provided when layout_kv is BSND (a paged KV cache has layout_kv PA_BBND or PA_BNBD)."),
     (dict(sinks=_z(3)), "sinks must be 1D of length N1 = 4, but got [3]."),
     (dict(sinks=_z(4, dtype=torch.int32)), "sinks must have dtype float16, bfloat16, float32, float64, but got int32"),
     (dict(sinks=_z(1, 4)), "sinks must be 1D of length N1 = 4, but got [1, 4]."),

@@ -63,8 +63,9 @@ struct Sequences {
 
 // The one sequence-table builder of flash_attn, flash_attn_grad and swa: B sequences at the
 // cumulative offsets cum_q / cum_kv (B + 1 values from 0: TND), or B batches of rows_q / rows_kv
-// rows each (cum_* null: BSND, BNSD, ...). Actual lengths start as the rows; `shorten` (seqused)
-// may lower them before finish_sequences takes the maxima.
+// rows each (cum_* null: BSND, BNSD, ...; a TND q may have batches of kv rows: a paged cache).
+// Actual lengths start as the rows; `shorten` (seqused) may lower them before finish_sequences
+// takes the maxima.
 inline void start_sequences(int64_t B, const int64_t* cum_q, const int64_t* cum_kv, int64_t rows_q, int64_t rows_kv,
                             Sequences* s) {
   s->q_start.assign(B, 0);
@@ -73,8 +74,10 @@ inline void start_sequences(int64_t B, const int64_t* cum_q, const int64_t* cum_
   s->rows_kv.assign(B, rows_kv);
   for (int64_t b = 0; cum_q != nullptr && b < B; ++b) {
     s->q_start[b] = cum_q[b];
-    s->kv_start[b] = cum_kv[b];
     s->rows_q[b] = cum_q[b + 1] - cum_q[b];
+  }
+  for (int64_t b = 0; cum_kv != nullptr && b < B; ++b) {
+    s->kv_start[b] = cum_kv[b];
     s->rows_kv[b] = cum_kv[b + 1] - cum_kv[b];
   }
   s->seqlen_q = s->rows_q;
@@ -90,21 +93,23 @@ inline void finish_sequences(Sequences* s) {
 
 // Validates the contents of cu_seqlens / seqused (the registry checked their presence and
 // shapes) and fills the tables. q_dims/kv_dims: layout sizes of q and k. For TND, batch comes
-// from cu_seqlens_q.
+// from cu_seqlens_q; a TND q without cu_kv (a paged cache) has kd.rows kv rows per batch.
 inline opStatus build_sequences(Layout layout, const Dims& qd, const Dims& kd, const opTensor* cu_q,
                                 const opTensor* cu_kv, const opTensor* used_q, const opTensor* used_kv,
                                 Sequences* s, int64_t* batch_out) {
   const bool tnd = layout == Layout::kTND;
+  const bool tnd_kv = tnd && cu_kv != nullptr;
   int64_t B = qd.batch;
   std::vector<int64_t> cq, ckv;
   if (tnd) {
     cq = read_ints(cu_q);
-    ckv = read_ints(cu_kv);
+    if (tnd_kv) ckv = read_ints(cu_kv);
     B = static_cast<int64_t>(cq.size()) - 1;
     const struct { const std::vector<int64_t>* v; const char* name; int64_t total; } cus[2] = {
         {&cq, "cu_seqlens_q", qd.rows}, {&ckv, "cu_seqlens_kv", kd.rows}};
     for (const auto& cu : cus) {
       const std::vector<int64_t>& v = *cu.v;
+      if (v.empty()) continue;  // no cu_seqlens_kv: a paged cache
       if (v[0] != 0) return fail(OP_ERR_PARAM_INVALID, cu.name, " must start at 0, but cu[0] = ", v[0]);
       for (int64_t b = 0; b < B; ++b)
         if (v[b + 1] < v[b])
@@ -115,7 +120,7 @@ inline opStatus build_sequences(Layout layout, const Dims& qd, const Dims& kd, c
                     "] = ", v[B]);
     }
   }
-  start_sequences(B, tnd ? cq.data() : nullptr, tnd ? ckv.data() : nullptr, qd.rows, kd.rows, s);
+  start_sequences(B, tnd ? cq.data() : nullptr, tnd_kv ? ckv.data() : nullptr, qd.rows, kd.rows, s);
   const struct { const opTensor* t; const char* name; std::vector<int64_t>* len; int64_t limit; } used[2] = {
       {used_q, "seqused_q", &s->seqlen_q, qd.rows}, {used_kv, "seqused_kv", &s->seqlen_kv, kd.rows}};
   for (const auto& u : used) {
