@@ -19,7 +19,7 @@ if "--no-thp" not in sys.argv:
 
 import torch  # noqa: E402
 
-FAMILIES = ["block_attention_residuals", "fused_floyd_attention", "flash_attn", "flash_attn_peers", "swa",
+FAMILIES = ["block_attention_residuals", "fused_floyd_attention", "flash_attn", "flash_attn_peers", "paged", "swa",
             "ring_attention", "dtensor", "train", "overhead", "vmap"]
 
 KNOWN_KEYS = {"workload", "dtype", "op_plugin_s", "pytorch_s", "speedup", "throughput", "peak_extra_mb"}

@@ -2,12 +2,13 @@
 //
 // Key j of sequence b lives in block block_table[b][j / block_size], row j % block_size, of the
 // cache ([num_blocks, block_size, N2, D] or [num_blocks, N2, block_size, D]). Stage 1 validates
-// the blocks a call reads and packs the sequences' used rows like a TND tensor (kv_start[b] =
-// the rows before b); stage 2 gathers those rows head-major ([N2][T][D], T = the sum of
-// seqused_kv) into the workspace, and the engine reads that copy as it reads any TND k / v. So
-// every path of the engine (tiles, row kernels, AMX, masks, windows, sinks) serves paged calls
-// unchanged; the price is one copy of the keys and values a call attends to
-// (docs/decisions.md, "The paged KV cache").
+// the blocks a call reads. A plan for few query rows (decode) has the row kernels read the cache
+// in place through the table (read_paged_in_place); any other plan packs the sequences' used
+// rows like a TND tensor (kv_start[b] = the rows before b), and stage 2 gathers them head-major
+// ([N2][T][D], T = the sum of seqused_kv) into the workspace, where the engine reads them as any
+// TND k / v: the tiles and AMX dataflows serve paged calls unchanged, for one copy of the keys
+// and values, small beside the work of 16 or more query rows (docs/decisions.md, "The paged KV
+// cache").
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -101,6 +102,25 @@ inline opStatus plan_paged(const opTensor& k, const opTensor& v, bool bbnd, cons
   pk->k_bytes = static_cast<uint64_t>(rows * pk->k.heads * pk->k.dim) * pk->elem;
   pk->v_bytes = static_cast<uint64_t>(rows * pk->v.heads * pk->v.dim) * pk->elem;
   return OP_SUCCESS;
+}
+
+// The row kernels (a plan for few query rows: decode) read the cache in place, through the
+// table (FlashAttnFwdParams::kv_table): the params' k / v become the caches, and the sequences
+// start at their own key 0.
+inline void read_paged_in_place(const PagedKv& pk, Sequences* seq, FlashAttnFwdParams* p) {
+  p->k = pk.k.data;
+  p->v = pk.v.data;
+  p->kv_table = pk.table.data();
+  p->kv_table_width = pk.blocks_per_seq;
+  p->kv_block_size = pk.k.block_size;
+  p->k_block_stride = pk.k.block_stride;
+  p->v_block_stride = pk.v.block_stride;
+  p->k_batch_stride = p->v_batch_stride = 0;
+  p->k_row_stride = pk.k.row_stride;
+  p->v_row_stride = pk.v.row_stride;
+  p->k_head_stride = pk.k.head_stride;
+  p->v_head_stride = pk.v.head_stride;
+  std::fill(seq->kv_start.begin(), seq->kv_start.end(), 0);  // p->kv_start points here
 }
 
 // The packed copy of one cache as the engine reads a TND operand: [N2][T][dim].

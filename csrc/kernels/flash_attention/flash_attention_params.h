@@ -77,6 +77,14 @@ struct FlashAttnFwdParams {
   const double* sinks = nullptr;  // (N1,) per-head logit joining the denominator, unscaled; nullptr = none
                                  // (double, so float64 inputs keep a float64 sink exactly)
 
+  // ---- a paged KV cache read in place (flash_attn, layout_kv PA_*; the row kernels only: for the
+  // other dataflows stage 2 gathers it into a packed copy, flash_attention_paged.h) -----------
+  // Key j of sequence b (kv_start[b] = 0) is row j % kv_block_size of block
+  // kv_table[b * kv_table_width + j / kv_block_size]: its kv head h at k + block * k_block_stride
+  // + (j % kv_block_size) * k_row_stride + h * k_head_stride, v alike. nullptr: not paged.
+  const int64_t* kv_table = nullptr;
+  int64_t kv_table_width = 0, kv_block_size = 0, k_block_stride = 0, v_block_stride = 0;
+
   // ---- swa_forward / swa_backward extras (zero / null for flash_attn) ----------------------
   // The full boolean mask (1 = masked) and the pse bias are read per (query block, key tile)
   // into one additive tile (c2 * pse, or -inf where masked) before the softmax pass. Element

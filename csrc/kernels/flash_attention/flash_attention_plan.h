@@ -127,6 +127,12 @@ inline int64_t small_fwd_splits(int64_t keys, int64_t max_splits) {
   const int64_t s = (keys + kSmallFwdSplitKeys - 1) / kSmallFwdSplitKeys;
   return s < 1 ? 1 : s > max_splits ? max_splits : s;
 }
+// The first key of split s of `splits` over `keys` keys (s = splits: keys): even shares, each
+// starting on a block of kSmallKeys, so that no key block straddles two splits and a paged
+// cache's blocks of a multiple of 16 keys are read whole, in place.
+inline int64_t small_fwd_split_start(int64_t keys, int64_t splits, int64_t s) {
+  return s >= splits ? keys : s * keys / splits / kSmallKeys * kSmallKeys;
+}
 
 // Bytes of the small path's per-task row scratch (Small<Ops>::carve) for `pairs` query rows: a
 // block of kSmallKeys K rows and one of V rows, an O row of pad16(max(D, Dv)) accumulation scalars

@@ -243,15 +243,37 @@ struct Small {
   }
   // Rows j0 .. j0 + nk - 1 of kv head h of K (or V when `value`) as S rows, *rs apart: read in
   // place when the dtype is S's own (a copy per key was a third of a decode call's kernel time),
-  // else converted into buf (ld apart).
+  // else converted into buf (ld apart). A paged cache's rows are read in place when the block of
+  // keys lies in one of its blocks (a 16-key block does whenever the cache's block size is a
+  // multiple of 16: key blocks start on multiples of kKeys), else copied a run of rows at a time.
   static const S* block_as_s(const FlashAttnFwdParams& p, bool value, int64_t b, int64_t h, int64_t j0, int nk,
                              S* buf, int64_t ld, int64_t* rs) {
     const int64_t es = dtype_size(p.dtype), n = value ? p.head_dim_v : p.head_dim;
     const void* base = value ? p.v : p.k;
     const int64_t bs = value ? p.v_batch_stride : p.k_batch_stride, hs = value ? p.v_head_stride : p.k_head_stride;
     const int64_t stride = value ? p.v_row_stride : p.k_row_stride;
+    const bool own_dtype = p.dtype == (sizeof(S) == 8 ? OP_DT_DOUBLE : OP_DT_FLOAT);
+    if (p.kv_table != nullptr) {
+      const int64_t page = p.kv_block_size, page_stride = value ? p.v_block_stride : p.k_block_stride;
+      const int64_t* pages = p.kv_table + b * p.kv_table_width;
+      const auto row_at = [&](int64_t j) {
+        const int64_t block = j / page;
+        return static_cast<const char*>(base) + (pages[block] * page_stride + (j - block * page) * stride + h * hs) * es;
+      };
+      if (own_dtype && j0 / page == (j0 + nk - 1) / page) {
+        *rs = stride;
+        return reinterpret_cast<const S*>(row_at(j0));
+      }
+      for (int t = 0; t < nk;) {  // a run of rows in one block of the cache at a time
+        const char* row = row_at(j0 + t);
+        for (const int end = t + static_cast<int>(imin(nk - t, page - (j0 + t) % page)); t < end; ++t, row += stride * es)
+          load_row<S>(row, p.dtype, n, buf + t * ld);
+      }
+      *rs = ld;
+      return buf;
+    }
     const char* row0 = row_ptr(base, es, b, bs, p.kv_start[b] + j0, stride, h, hs);
-    if (p.dtype == (sizeof(S) == 8 ? OP_DT_DOUBLE : OP_DT_FLOAT)) {
+    if (own_dtype) {
       *rs = stride;
       return reinterpret_cast<const S*>(row0);
     }
@@ -289,7 +311,8 @@ struct Small {
     const RowWindow w = flash::row_window(p, sq, skv);
     const int64_t npairs = plan.small_pairs, splits = plan.fwd_splits;
     const int64_t sb = flash::small_fwd_splits(skv, splits);
-    const int64_t c0 = split * skv / sb, c1 = (split + 1) * skv / sb;  // the split's keys
+    const int64_t c0 = flash::small_fwd_split_start(skv, sb, split);  // the split's keys
+    const int64_t c1 = flash::small_fwd_split_start(skv, sb, split + 1);
     const Rows r = carve(slot, p, npairs);
     const int64_t np = kOneRow ? 1 : imin(npairs, p.group * sq - k0);
     const S c2 = static_cast<S>(p.scale * kLog2e);
@@ -310,7 +333,11 @@ struct Small {
         hi = imax(hi, hik[k]);
       }
     }
-    for (int64_t j0 = lo; j0 <= hi; j0 += kKeys) {  // the logits, a block of keys at a time
+    // Key blocks start on multiples of kKeys (the first may hold keys no row sees, which are
+    // skipped): the order of every sum is the same, and a paged cache's blocks of a multiple of
+    // kKeys keys are read whole, in place (block_as_s).
+    const int64_t lo_block = lo == INT64_MAX ? lo : lo / kKeys * kKeys;
+    for (int64_t j0 = lo_block; j0 <= hi; j0 += kKeys) {  // the logits, a block of keys at a time
       const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
       int64_t ks;
       const S* kb = block_as_s(p, false, b, h, j0, nk, r.kblk, r.ld, &ks);
@@ -363,7 +390,7 @@ struct Small {
     }
     DropoutKey dkey;
     if (p.keep_prob < 1.0) dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
-    for (int64_t j0 = lo; j0 <= hi; j0 += kKeys) {  // out += P V, a block of keys at a time
+    for (int64_t j0 = lo_block; j0 <= hi; j0 += kKeys) {  // out += P V, a block of keys at a time
       const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
       int64_t vs;
       const S* vb = block_as_s(p, true, b, h, j0, nk, r.vblk, r.ld, &vs);

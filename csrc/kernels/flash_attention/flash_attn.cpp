@@ -1,5 +1,6 @@
 // flash_attn: stage 1 fills FlashAttnFwdParams and freezes the plan (the registry's checks ran
-// before it); stage 2 runs the engine of the active ISA (after gathering a paged KV cache).
+// before it); stage 2 runs the engine of the active ISA (after gathering a paged KV cache the
+// plan does not read in place).
 #include "op_plugin/ops/flash_attn.h"
 
 #include <cstring>
@@ -21,9 +22,9 @@ struct FlashAttnKernel {
     std::vector<double> sinks;
     flash::PlanStorage storage;
     opTensor lse_placeholder{};  // set when return_softmax_lse is false
-    bool paged = false;          // layout_kv PA_*: k / v are gathered into the workspace first
+    bool gather = false;         // a paged cache the engine reads from a packed copy
     flash::PagedKv paged_kv;
-    uint64_t engine_offset = 0;  // of the engine's workspace (after the gathered copies)
+    uint64_t gather_offset = 0;  // of the packed copies (after the engine's workspace)
   };
 
   static opStatus plan(FlashAttnArgs& a, Plan* ex, WorkspaceLayout* workspace) {
@@ -33,24 +34,21 @@ struct FlashAttnKernel {
     parse_layout(a.layout_q.c_str(), &lq);
     parse_layout(a.layout_out.c_str(), &lo);
     const opDataType dt = a.q.dtype;
-    ex->paged = is_paged_layout(a.layout_kv.c_str());
+    const bool paged = is_paged_layout(a.layout_kv.c_str());
     const bool bbnd = a.layout_kv == "PA_BBND";
     const Dims qd = dims_of(a.q, lq);
-    Dims kd = ex->paged ? paged_kv_dims(a.k, bbnd, *a.block_table, lq == Layout::kTND ? 0 : qd.batch)
-                        : dims_of(a.k, lq);
-    Dims vd = ex->paged ? kd : dims_of(a.v, lq);
+    Dims kd = paged ? paged_kv_dims(a.k, bbnd, *a.block_table, lq == Layout::kTND ? 0 : qd.batch) : dims_of(a.k, lq);
+    Dims vd = paged ? kd : dims_of(a.v, lq);
     int64_t left, right;
     window_of(a.mask_mode, a.win_left, a.win_right, &left, &right);
 
     int64_t B = 0;
     OP_TRY(build_sequences(lq, qd, kd, as_pointer(a.cu_seqlens_q), as_pointer(a.cu_seqlens_kv),
                            as_pointer(a.seqused_q), as_pointer(a.seqused_kv), &ex->seq, &B));
-    if (ex->paged) {
+    if (paged) {  // planned as the packed copy; read_paged_in_place below if the plan allows
       OP_TRY(plan_paged(a.k, a.v, bbnd, *a.block_table, dt, &ex->seq, &ex->paged_kv));
       kd = packed_kv_dims(ex->paged_kv, ex->paged_kv.k);
       vd = packed_kv_dims(ex->paged_kv, ex->paged_kv.v);
-      // the gathered copies first, at the aligned base; the engine aligns its own region
-      workspace->reserve(ex->paged_kv.k_bytes + ex->paged_kv.v_bytes + 2 * WorkspaceLayout::kAlignment);
     }
     const Dims od = dims_of(a.attn_out, lo);
     if (!a.return_softmax_lse) ex->lse_placeholder = a.softmax_lse;
@@ -70,27 +68,34 @@ struct FlashAttnKernel {
     }
 
     const int64_t kv_numel[2] = {kd.heads * kd.rows * kd.dim, vd.heads * vd.rows * vd.dim};
-    const int64_t numel[5] = {op_plugin::numel(a.q), ex->paged ? kv_numel[0] : op_plugin::numel(a.k),
-                              ex->paged ? kv_numel[1] : op_plugin::numel(a.v), 0, 0};
+    const int64_t numel[5] = {op_plugin::numel(a.q), paged ? kv_numel[0] : op_plugin::numel(a.k),
+                              paged ? kv_numel[1] : op_plugin::numel(a.v), 0, 0};
     // a packed paged copy is addressed as TND is (no kv rows per batch)
-    const int64_t kv_batch_rows = ex->paged ? 0 : kd.rows;
+    const int64_t kv_batch_rows = paged ? 0 : kd.rows;
     if (!plan_engine(dt, lq == Layout::kTND, qd.rows, kv_batch_rows, p, false, numel, &ex->storage, &ex->plan))
       return fail(OP_ERR_TILING_ERROR, "flash_attn: no valid plan for these sizes");
-    ex->engine_offset = workspace->reserve(ex->plan.workspace_bytes);
+    workspace->reserve(ex->plan.workspace_bytes);  // the engine's, at the base
+    if (paged && ex->plan.small) {
+      read_paged_in_place(ex->paged_kv, &ex->seq, &p);
+    } else if (paged) {
+      ex->gather = true;
+      ex->gather_offset =
+          workspace->reserve(ex->paged_kv.k_bytes + ex->paged_kv.v_bytes + 2 * WorkspaceLayout::kAlignment);
+    }
     return OP_SUCCESS;
   }
 
   template <class T>  // one entry for every dtype: the engine's kernel table dispatches on it
   static opStatus run(const FlashAttnArgs&, const Plan& ex, void* workspace) {
-    if (ex.paged) {
-      char* copies = static_cast<char*>(align_workspace(workspace));
+    if (ex.gather) {
+      char* copies = static_cast<char*>(align_workspace(static_cast<char*>(workspace) + ex.gather_offset));
       char* v_copy = copies + (ex.paged_kv.k_bytes + WorkspaceLayout::kAlignment - 1) / WorkspaceLayout::kAlignment *
                                   WorkspaceLayout::kAlignment;
       flash::gather_paged(ex.paged_kv, ex.seq, copies, v_copy);
       flash::FlashAttnFwdParams p = ex.params;
       p.k = copies;
       p.v = v_copy;
-      flash::kernels().forward(p, ex.plan, static_cast<char*>(workspace) + ex.engine_offset);
+      flash::kernels().forward(p, ex.plan, workspace);
     } else {
       flash::kernels().forward(ex.params, ex.plan, workspace);
     }
