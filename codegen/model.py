@@ -208,6 +208,9 @@ class OpEntry:
     vmap: Optional[VmapRule] = None  # how torch.vmap folds into the op's batch; None: one call per sample
     autocast: Optional[AutocastRule] = None  # what torch.autocast casts; None: autocast leaves the op alone
     sharding: tuple[ShardingStrategy, ...] = ()  # DTensor's strategies besides every tensor whole on each rank
+    # Tensor inputs the kernel reads through their strides: the binding passes them as they are
+    # when their last dimension is contiguous, instead of a contiguous copy.
+    strided: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -19,7 +19,7 @@ from codegen.parse_vmap import parse_vmap
 from codegen.samples import TEST_KEYS, parse_tests
 
 ENTRY_KEYS = {"func", "kernel", "dtypes", "checks", "outputs", "python", "autograd", "random", "vmap", "autocast",
-              "sharding", "tags", "doc", "torch", *TEST_KEYS}
+              "sharding", "strided", "tags", "doc", "torch", *TEST_KEYS}
 ENUM_KEYS = {"enum", "members", "doc"}
 OUTPUT_KEYS = {"shape", "dtype", "like", "value"}
 PYTHON_KEYS = {"returns"}
@@ -124,6 +124,7 @@ def parse_entry(e: dict[str, Any], path: str, errors: Errors,
         if arg not in {a.name for a in func.arguments.flat_all}:
             errors.add(line, name, f"enum: {arg!r} is not an argument of {name} (only arguments take enums)")
     python_returns = _parse_python(e, func, name, errors)
+    strided = _parse_strided(e, name, env, errors)
     tags = e.get("tags", [])
     if not isinstance(tags, list) or any(t not in KNOWN_TAGS for t in tags):
         errors.add(line_of(e, "tags"), name, f"'tags:' must be a list of {sorted(KNOWN_TAGS)}")
@@ -138,8 +139,20 @@ def parse_entry(e: dict[str, Any], path: str, errors: Errors,
     return dict(func=func, kernel=kernel, rules=tuple(rules), outputs=tuple(outputs), dtypes=dtypes,
                 python_returns=python_returns, tags=tuple(tags), doc=doc.strip(), loc=Location(path, line),
                 int_outputs=tuple(int_outputs), random_when=random_when, vmap=vmap, autocast=autocast,
-                sharding=sharding, enums=tuple(enum_args.items()),
+                sharding=sharding, enums=tuple(enum_args.items()), strided=strided,
                 tests=parse_tests(e, func, name, errors.add))
+
+
+def _parse_strided(e: dict[str, Any], op: str, env: dict[str, str], errors: Errors) -> tuple[str, ...]:
+    """``strided: [ARG, ...]``: Tensor inputs the kernel reads through their strides (the binding
+    copies one only when its last dimension is not contiguous)."""
+    spec = e.get("strided", [])
+    tensors = [a for a, kind in env.items() if kind in (E.TENSOR, E.TENSOR + E.OPTIONAL)]
+    if not isinstance(spec, list) or any(a not in tensors for a in spec):
+        errors.add(line_of(e, "strided"), op, f"'strided:' must list Tensor arguments of {op} ({', '.join(tensors)}), "
+                                              f"but got {spec!r}{see('strided')}")
+        return ()
+    return tuple(spec)
 
 
 

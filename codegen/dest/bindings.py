@@ -78,6 +78,7 @@ def _binding_context(op: OpEntry, symbolic_args: frozenset[str]) -> dict[str, An
         "rng_params": rng,
         "rng_names": ", rng_seed, rng_offset" if rng else "",
         "params": params,
+        "strided": set(op.strided),
         "kernel_args": ", ".join(_kernel_arg(p) for p in params),
         "binding_params": ", ".join(f"{b.cpp_type} {b.name}" for b in args),
         "binding_names": ", ".join(b.name for b in args),

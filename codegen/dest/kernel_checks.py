@@ -32,7 +32,7 @@ def _context(op: OpEntry) -> dict[str, Any]:
                           "expr": render(rule.expr)})
     # Pointers a call must give (a null optional argument is None).
     required = [p.name for p in params if p.kind in (E.TENSOR, E.STR, E.INT_LIST) or (p.is_output and p.kind == E.INT)]
-    descriptors = [{"name": p.name, "optional": p.kind == E.TENSOR + E.OPTIONAL}
+    descriptors = [{"name": p.name, "optional": p.kind == E.TENSOR + E.OPTIONAL, "strided": p.name in op.strided}
                    for p in params if E.base(p.kind) == E.TENSOR]
     outputs = [{"name": o.name, "shape": render(o.shape), "dtype": render(o.dtype)} for o in op.outputs]
     read = set().union(*(e.names() for e in _exprs(op)))

@@ -25,6 +25,12 @@ namespace op_plugin {
 opDataType to_op_dtype(at::ScalarType t);
 // A descriptor of `t`'s memory; the tensor must outlive every use of the descriptor.
 opTensor to_op_tensor(const at::Tensor& t);
+
+// An input the registry lists under `strided:` as its kernel reads it: the tensor itself when its
+// last dimension is contiguous (the kernel takes the other strides), else a contiguous copy.
+inline at::Tensor unit_last_stride(const at::Tensor& t) {
+  return t.dim() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1 ? t : t.contiguous();
+}
 // Throws a RuntimeError "<op>: <kernel message> (<status name>)" unless status is OP_SUCCESS.
 void check_status(opStatus status, const char* op);
 

@@ -68,10 +68,18 @@ opStatus check_rank(const opTensor* t, const char* name) {
   return OP_SUCCESS;
 }
 
-opStatus check_memory(const opTensor* t, const char* name) {
+opStatus check_memory(const opTensor* t, const char* name, Layout layout) {
   if (dtype_size(t->dtype) == 0)
     return fail(OP_ERR_PARAM_INVALID, name, " has an unknown dtype (", static_cast<int>(t->dtype), ")");
-  if (!is_contiguous(*t)) return fail(OP_ERR_PARAM_INVALID, name, " must be contiguous");
+  if (layout == Layout::kContiguous && !is_contiguous(*t)) return fail(OP_ERR_PARAM_INVALID, name, " must be contiguous");
+  if (layout == Layout::kStrided) {
+    for (int d = 0; d < t->ndim; ++d)
+      if (t->strides[d] < 0)
+        return fail(OP_ERR_PARAM_INVALID, name, " must have strides >= 0, but has stride ", t->strides[d], " at dim ", d);
+    if (t->ndim > 0 && t->shape[t->ndim - 1] > 1 && t->strides[t->ndim - 1] != 1)
+      return fail(OP_ERR_PARAM_INVALID, name, " must have a contiguous last dimension, but has stride ",
+                  t->strides[t->ndim - 1]);
+  }
   if (t->data == nullptr && op_plugin::numel(*t) > 0)
     return fail(OP_ERR_PARAM_NULLPTR, name, "->data must not be a null pointer");
   return OP_SUCCESS;

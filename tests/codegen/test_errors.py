@@ -38,7 +38,7 @@ CASES = [
   outputs: {result0: {like: x}}
   restrict: {x: 1}
 """, [
-        "reg.yaml:4: f: unknown key 'restrict'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, sharding, tags, torch, vmap; see docs/registry.md#entry-keys",
+        "reg.yaml:4: f: unknown key 'restrict'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, sharding, strided, tags, torch, vmap; see docs/registry.md#entry-keys",
     ], id="unknown_entry_key"),
     pytest.param("""\
 - func: f(Tensor x) -> Tensor
@@ -708,6 +708,19 @@ func: f(Tensor x) -> Tensor
         "reg.yaml:8: f: sharding.1st: a strategy is `NAME: {when, inputs, outputs}` (NAME an identifier); see docs/registry.md#sharding",
         "reg.yaml:12: g: 'sharding:' maps each strategy's name to {when, inputs, outputs}; see docs/registry.md#sharding",
     ], id="sharding"),
+    pytest.param("""\
+- func: f(Tensor x, Tensor? m=None, int n=1) -> Tensor
+  kernel: F
+  outputs: {result0: {like: x}}
+  strided: [x, n]
+- func: g(Tensor x) -> Tensor
+  kernel: G
+  outputs: {result0: {like: x}}
+  strided: x
+""", [
+        "reg.yaml:4: f: 'strided:' must list Tensor arguments of f (x, m), but got ['x', 'n']; see docs/registry.md#strided",
+        "reg.yaml:8: g: 'strided:' must list Tensor arguments of g (x), but got 'x'; see docs/registry.md#strided",
+    ], id="strided"),
     pytest.param(OK + """\
 - func: other(Tensor x) -> Tensor
   kernel: Good
@@ -733,7 +746,7 @@ func: f(Tensor x) -> Tensor
   kernel: D2
 """, [
         "reg.yaml:3: a: outputs: result0: 'like: y' does not name a tensor argument",
-        "reg.yaml:6: b: unknown key 'color'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, sharding, tags, torch, vmap; see docs/registry.md#entry-keys",
+        "reg.yaml:6: b: unknown key 'color'; known keys: autocast, autograd, bad_calls, checks, doc, dtypes, func, kernel, outputs, python, random, reference, samples, sharding, strided, tags, torch, vmap; see docs/registry.md#entry-keys",
         "reg.yaml:8: c: cannot parse schema 'c(Tensor x -> Tensor': Invalid function schema: c(Tensor x -> Tensor",
         "reg.yaml:12: d: values/range/equals apply to int, float, bool and str values; 'x' is a Tensor (write an 'expr:' check)",
         "reg.yaml:14: d: duplicate key 'kernel'",

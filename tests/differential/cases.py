@@ -149,7 +149,16 @@ def flash_attn_cases(draw, layouts: tuple[str, ...] = FLASH_LAYOUTS,
         case["sinks"] = draw(st.sampled_from([torch.float32, case["dtype"]]))
     case["metadata"] = draw(st.booleans())
     case["max_seqlen"] = draw(st.booleans())  # pass the true maxima instead of -1
+    case["strided"] = draw(st.booleans())  # q, k, v as views with padded rows (flash_attn reads them in place)
     return case
+
+
+def _padded_view(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a view into a tensor with 3 more elements in each row: every stride but the last
+    differs from a contiguous tensor's."""
+    whole = torch.full((*t.shape[:-1], t.shape[-1] + 3), float("nan"), dtype=t.dtype)
+    whole[..., :t.shape[-1]] = t
+    return whole[..., :t.shape[-1]]
 
 
 def _flash_inputs(case: Case) -> tuple[dict, torch.Tensor]:
@@ -184,6 +193,8 @@ def _flash_inputs(case: Case) -> tuple[dict, torch.Tensor]:
             layout_q=layout, layout_kv=layout, layout_out=opts["layout_out"])
     if case["max_seqlen"]:
         opts.update(max_seqlen_q=max(sq), max_seqlen_kv=max(skv))
+    if case.get("strided"):
+        x.update({name: _padded_view(x[name]) for name in ("q", "k", "v")})
     return dict(x, **opts), dout
 
 
@@ -667,6 +678,7 @@ def features(family: str, case: Case) -> list[str]:
         out += ["TND with an empty sequence"] * (case["layout"] == "TND" and 0 in case["sq"] + case["skv"])
         out += ["TND, Dv < D"] * (case["layout"] == "TND" and case["dv"] < case["d"])
         out += ["window with -1"] * (mode == 4 and -1 in (case["win_left"], case["win_right"]))
+        out += ["strided q, k, v"] * bool(case.get("strided"))
     elif family == "swa":
         out += [f"layout {case['layout']}", f"sparse_mode {case['sparse_mode']}, mask {case['mask']}"]
         out += ["GQA"] * (case["n"] > case["nkv"]) + ["Dv < D"] * (case["dv"] < case["d"])

@@ -41,8 +41,8 @@ class OpIntArray(ctypes.Structure):
     _fields_ = [("data", ctypes.POINTER(ctypes.c_int64)), ("size", ctypes.c_int64)]
 
 
-def _descriptor(t: torch.Tensor, keep: list[Any]) -> Any:
-    t = t.contiguous()
+def _descriptor(t: torch.Tensor, keep: list[Any], as_given: bool = False) -> Any:
+    t = t if as_given else t.contiguous()
     keep.append(t)
     d = OpTensor(t.data_ptr(), _DTYPES[t.dtype], t.dim())
     for i in range(t.dim()):
@@ -55,9 +55,11 @@ def _default(text: str) -> Any:
     return ast.literal_eval({"True": "True", "False": "False", "None": "None"}.get(text, text))
 
 
-def kernel_message(op_name: str, kwargs: dict[str, Any], outputs: tuple[torch.Tensor, ...] = ()) -> tuple[int, str]:
+def kernel_message(op_name: str, kwargs: dict[str, Any], outputs: tuple[torch.Tensor, ...] = (),
+                   as_given: bool = False) -> tuple[int, str]:
     """Calls <Kernel>GetWorkspaceSize with ``kwargs`` (the rest at the schema's defaults) and
-    ``outputs`` (default: any descriptor, for calls whose arguments are refused first)."""
+    ``outputs`` (default: any descriptor, for calls whose arguments are refused first); input
+    descriptors of contiguous copies, or ``as_given`` with the tensors' own strides."""
     op = REGISTRY[op_name]
     defaults = {a.name: _default(a.default) for a in op.func.arguments.flat_all if a.default is not None}
     values = {**defaults, **kwargs}
@@ -81,7 +83,7 @@ def kernel_message(op_name: str, kwargs: dict[str, Any], outputs: tuple[torch.Te
         if v is None:
             args.append(None)
         elif base == E.TENSOR:
-            args.append(_descriptor(v, keep))
+            args.append(_descriptor(v, keep, as_given))
         elif p.kind == E.INT:
             args.append(ctypes.c_int64(v))
         elif p.kind == E.FLOAT:
@@ -185,3 +187,21 @@ def test_what_only_the_kernel_checks_keeps_its_own_text() -> None:
     assert status == OP_ERR_PARAM_INVALID and message.startswith("cu_seqlens_q must be non-decreasing")
     with pytest.raises(RuntimeError, match="flash_attn: cu_seqlens_q must be non-decreasing"):
         torch.ops.op_plugin.flash_attn(**kwargs)
+
+
+def test_strided_inputs_in_the_kernel_api() -> None:
+    """flash_attn's q, k and v are `strided:` in the registry: the kernel API takes them with any
+    strides >= 0 and a contiguous last dimension, names that rule otherwise, and still requires
+    the other ops' inputs contiguous."""
+    q = torch.randn(1, 4, 2, 11)[..., :8]  # rows of 11 elements
+    kwargs = {"q": q, "k": q, "v": q, "softmax_scale": 0.5}
+    outputs = torch.ops.op_plugin.flash_attn(**kwargs)
+    assert kernel_message("flash_attn", kwargs, outputs, as_given=True) == (0, "")
+    every_other = {**kwargs, "k": torch.randn(1, 4, 2, 16)[..., ::2]}
+    assert kernel_message("flash_attn", every_other, outputs, as_given=True) == (
+        OP_ERR_PARAM_INVALID, "k must have a contiguous last dimension, but has stride 2")
+    swa = _swa()
+    swa_outputs = torch.ops.op_plugin.swa_forward(**swa)[:4]
+    swa["query"] = torch.randn(1, 2, 4, 11)[..., :8]
+    assert kernel_message("swa_forward", swa, swa_outputs, as_given=True) == (
+        OP_ERR_PARAM_INVALID, "query must be contiguous")

@@ -68,7 +68,10 @@ int64_t varlen_numels(const opIntArray* q_cumulative, const opIntArray* kv_cumul
 opStatus check_rank(const opTensor* t, const char* name);
 // A known dtype, contiguous, data present unless empty: what the kernel reads (run after the rules,
 // so a call the registry refuses gets the registry's text, as from the binding).
-opStatus check_memory(const opTensor* t, const char* name);
+// kContiguous: row-major without gaps; kStrided (the registry's strided: inputs): any strides >= 0
+// with a contiguous last dimension.
+enum class Layout { kContiguous, kStrided };
+opStatus check_memory(const opTensor* t, const char* name, Layout layout = Layout::kContiguous);
 // An output has the shape and dtype its registry rule gives.
 opStatus check_output(const opTensor* t, const char* name, const std::vector<int64_t>& shape, opDataType dtype);
 

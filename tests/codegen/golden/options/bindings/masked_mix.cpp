@@ -51,11 +51,12 @@ MaskedMixCall plan_masked_mix(const at::Tensor & x, const ::std::optional<at::Te
   call.stats = at::empty(std::vector<int64_t>{B, std::max<int64_t>(W, 1)}, at::TensorOptions().dtype(op_plugin::stats_dtype(x)));
 
   // Kernel arguments: descriptors of contiguous inputs, plain values, output descriptors.
-  call.inputs.push_back(x.contiguous());
+  // The registry's strided: inputs go as they are when their last dimension is contiguous.
+  call.inputs.push_back(op_plugin::unit_last_stride(x));
   const opTensor x_desc = to_op_tensor(call.inputs.back());
   opTensor bias_desc{};
   if (bias.has_value()) {
-    call.inputs.push_back(bias->contiguous());
+    call.inputs.push_back(op_plugin::unit_last_stride(*bias));
     bias_desc = to_op_tensor(call.inputs.back());
   }
   const OptionalString layout_str(layout);

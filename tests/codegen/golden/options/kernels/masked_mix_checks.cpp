@@ -51,8 +51,9 @@ opStatus MaskedMixCheckArguments(const opTensor* x, const opTensor* bias, const 
     return fail(OP_ERR_PARAM_INVALID, e.what());
   }
   // What the kernel reads: known dtypes, contiguous memory, data pointers (only the kernel API has them).
-  OP_TRY(check::check_memory(x, "x"));
-  if (bias != nullptr) OP_TRY(check::check_memory(bias, "bias"));
+  // The registry's strided: inputs: strides >= 0 and a contiguous last dimension.
+  OP_TRY(check::check_memory(x, "x", check::Layout::kStrided));
+  if (bias != nullptr) OP_TRY(check::check_memory(bias, "bias", check::Layout::kStrided));
   OP_TRY(check::check_memory(y, "y"));
   OP_TRY(check::check_memory(stats, "stats"));
   return OP_SUCCESS;
