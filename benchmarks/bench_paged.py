@@ -6,7 +6,8 @@ copies), then SDPA with a key-length mask and enable_gqa.
   N2=8 kv heads, D=128, blocks of 16 and of 128 keys. The row kernels read the cache in place
   through the table; the throughput is the cache bytes the call reads per second, against the
   machine's copy bandwidth measured in the same run (a copy reads and writes). A second row
-  compares the paged call with the same call on a dense, contiguous cache (what the paging costs).
+  compares the paged call with the same call on a dense, contiguous cache (what the paging costs),
+  a third with k and v the halves of one [blocks, 2, ...] allocation (strided views, not copied).
 - Chunked prefill: 16 new query rows per sequence, causal, on the same cache: the tiles' dataflow,
   which gathers the cache into the workspace first; useful GFLOP/s.
 """
@@ -48,9 +49,14 @@ def paged_cache(lengths: list[int], block_size: int, dtype: torch.dtype):
     return k_cache, v_cache, table, torch.tensor(lengths, dtype=torch.int32), k_dense, v_dense
 
 
-def calls(lengths: list[int], block_size: int, rows_q: int, dtype: torch.dtype):
-    """(paged op_plugin call, the same on the dense cache, gather + SDPA)."""
+def calls(lengths: list[int], block_size: int, rows_q: int, dtype: torch.dtype, halves: bool = False):
+    """(paged op_plugin call, the same on the dense cache, gather + SDPA). ``halves``: k and v are
+    the two halves of one [blocks, 2, block_size, N2, D] cache (a layout some servers use), strided
+    views flash_attn reads in place (registry key strided:)."""
     k_cache, v_cache, table, used, k_dense, v_dense = paged_cache(lengths, block_size, dtype)
+    if halves:
+        both = torch.stack([k_cache, v_cache], 1)
+        k_cache, v_cache = both[:, 0], both[:, 1]
     B, S = len(lengths), max(lengths)
     q = torch.randn(B, rows_q, N1, D, generator=torch.Generator().manual_seed(1)).to(dtype)
     causal = rows_q > 1
@@ -94,15 +100,21 @@ def run(quick: bool = False) -> list[dict[str, object]]:
                          "throughput": f"cache read {cache_bytes / t_paged / 1e9:.1f} vs "
                                        f"{cache_bytes / t_peer / 1e9:.1f} GB/s (copy {copy_gbs:.1f})",
                          "peak_extra_mb": "-"})
-            rows.append({"workload": f"  the same on a dense cache (time dense / paged)", "dtype": name,
+            rows.append({"workload": "  the same on a dense cache (time dense / paged)", "dtype": name,
                          "op_plugin_s": t_paged, "pytorch_s": t_dense, "speedup": t_dense / t_paged,
                          "throughput": f"dense cache read {cache_bytes / t_dense / 1e9:.1f} GB/s",
+                         "peak_extra_mb": "-"})
+            halves = calls(lengths, block_size, 1, dtype, halves=True)[0]
+            t_paged, t_halves = interleaved_medians([paged, halves], [15, 15])
+            rows.append({"workload": "  k, v halves of one [blocks, 2, ...] cache (time halves / contiguous)",
+                         "dtype": name, "op_plugin_s": t_paged, "pytorch_s": t_halves,
+                         "speedup": t_halves / t_paged, "throughput": "strided views read in place",
                          "peak_extra_mb": "-"})
         peak = gemm_peak_gflops(dtype)
         paged, dense, peer = calls(lengths, 16, 16, dtype)
         t_paged, t_dense, t_peer = interleaved_medians([paged, dense, peer], [7, 7, 5])
         flops = 4.0 * N1 * D * sum(16 * n - 16 * 15 // 2 for n in lengths)
-        rows.append({"workload": f"flash_attn paged chunked prefill 16 rows causal, block 16 vs gather+SDPA",
+        rows.append({"workload": "flash_attn paged chunked prefill 16 rows causal, block 16 vs gather+SDPA",
                      "dtype": name, "op_plugin_s": t_paged, "pytorch_s": t_peer, "speedup": t_peer / t_paged,
                      "throughput": f"{flops / t_paged / 1e9:.0f} vs {flops / t_peer / 1e9:.0f} useful GFLOP/s "
                                    f"(GEMM peak {peak:.0f}); dense cache {t_dense / t_paged:.2f}x the paged time",
