@@ -47,8 +47,8 @@ inline PagedCache paged_cache(const opTensor& t, bool bbnd) {
   return c;
 }
 
-// What stage 2 gathers: both caches, the block of every (sequence, block index) a call reads,
-// and where the packed copies go.
+// A paged call's caches, the block of every (sequence, block index) it reads, and the sizes of
+// the packed copies stage 2 makes when the plan does not read the caches in place.
 struct PagedKv {
   PagedCache k, v;
   int64_t blocks_per_seq = 0;     // block_table's second dimension
