@@ -3,8 +3,8 @@
 tests/differential draws paged calls across the whole feature space (family flash_attn_paged:
 every layout_q, masks, windows, sinks, GQA, shared prefix blocks, strided caches) and checks each
 against the float64 reference and the dense call. Here: the registration (opcheck, fake mode,
-torch.compile, vmap, DTensor's heads split), a long decode through the split-key path, thread
-counts, and the errors, in eager and fake mode alike.
+torch.compile, torch.export, vmap, DTensor's heads split), a long decode through the split-key
+path, thread counts, and the errors, in eager and fake mode alike.
 """
 from __future__ import annotations
 
@@ -88,6 +88,30 @@ def test_torch_compile_fullgraph_decode_loop() -> None:
         used = paged["seqused_kv"] - 5 * step_back
         got = step(paged["q"], used)
         assert torch.equal(got, FWD(**dict(paged, seqused_kv=used))[0])
+
+
+def test_torch_export_decode_step(tmp_path) -> None:
+    """A serving stack's export of a decode step: the op is one node of the program, every
+    dimension dynamic (the batch, the cache's block count, the table's width), saved and loaded,
+    and the program computes eager's bits at other sizes too."""
+    paged, _ = paged_decode()
+    names = ["q", "k", "v", "block_table", "seqused_kv"]
+
+    class Step(torch.nn.Module):
+        def forward(self, q, k, v, block_table, seqused_kv):
+            return FWD(q=q, k=k, v=v, block_table=block_table, seqused_kv=seqused_kv, layout_kv="PA_BBND",
+                       softmax_scale=paged["softmax_scale"])[0]
+
+    args = tuple(paged[n] for n in names)
+    dims = tuple({d: torch.export.Dim.AUTO for d in range(t.dim())} for t in args)
+    program = torch.export.export(Step(), args, dynamic_shapes=dims)
+    assert sum(n.op == "call_function" and n.target == FWD for n in program.graph.nodes) == 1
+    torch.export.save(program, tmp_path / "step.pt2")
+    loaded = torch.export.load(tmp_path / "step.pt2").module()
+    other, _ = paged_decode(B=2, lens=(300, 31), block_size=16, seed=3)
+    for call in (paged, other):
+        want = FWD(**dict(call, layout_kv="PA_BBND"))[0]
+        assert torch.equal(loaded(*(call[n] for n in names)), want)
 
 
 def test_vmap_over_queries_with_one_cache() -> None:
