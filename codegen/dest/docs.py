@@ -48,6 +48,7 @@ def op_context(op: OpEntry, registry: Registry) -> dict[str, Any]:
     return {
         "name": op.name,
         "schema": str(op.func),
+        "strided": list(op.strided),
         "registered_schema": registered if registered != str(op.func) else "",
         "doc": op.doc,
         "kernel": op.kernel,
