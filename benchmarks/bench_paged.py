@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import op_plugin
+from op_plugin.reference import paged_cache as paged_cache_of
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 LENGTHS = [512, 1024, 1536, 2048, 2560, 3072, 3584, 4096]
@@ -28,24 +29,13 @@ def paged_cache(lengths: list[int], block_size: int, dtype: torch.dtype):
     """(k cache, v cache, block_table, seqused_kv, dense k, dense v): the blocks shuffled, as an
     allocator that hands out free blocks leaves them; dense [B, max, N2, D] holds the same keys."""
     g = torch.Generator().manual_seed(block_size)
-    B, S = len(lengths), max(lengths)
-    own = [-(-n // block_size) for n in lengths]
-    ids = torch.randperm(sum(own), generator=g)
-    table = torch.zeros(B, max(own), dtype=torch.int32)
-    k_dense = torch.zeros(B, S, N2, D, dtype=dtype)
-    v_dense = torch.zeros(B, S, N2, D, dtype=dtype)
-    k_cache = torch.empty(sum(own), block_size, N2, D, dtype=dtype)
-    v_cache = torch.empty_like(k_cache)
-    at = 0
+    k_dense = torch.zeros(len(lengths), max(lengths), N2, D, dtype=dtype)
+    v_dense = torch.zeros_like(k_dense)
     for b, n in enumerate(lengths):
         k_dense[b, :n] = torch.randn(n, N2, D, generator=g).to(dtype)
         v_dense[b, :n] = torch.randn(n, N2, D, generator=g).to(dtype)
-        for i in range(own[b]):
-            table[b, i] = ids[at]
-            rows = min(block_size, n - i * block_size)
-            k_cache[ids[at], :rows] = k_dense[b, i * block_size:i * block_size + rows]
-            v_cache[ids[at], :rows] = v_dense[b, i * block_size:i * block_size + rows]
-            at += 1
+    k_cache, v_cache, table = paged_cache_of([k_dense[b, :n] for b, n in enumerate(lengths)],
+                                             [v_dense[b, :n] for b, n in enumerate(lengths)], block_size, generator=g)
     return k_cache, v_cache, table, torch.tensor(lengths, dtype=torch.int32), k_dense, v_dense
 
 

@@ -63,7 +63,7 @@ FLT_MAX = torch.finfo(torch.float32).max
 
 # ---- flash_attn / flash_attn_grad ---------------------------------------------------------------
 
-def _fa_segments(t: torch.Tensor, layout: str, cu: torch.Tensor | None) -> list[torch.Tensor]:
+def fa_segments(t: torch.Tensor, layout: str, cu: torch.Tensor | None) -> list[torch.Tensor]:
     """Per-batch [rows, N, D] views of a layout tensor."""
     if layout == "TND":
         return [t[int(cu[b]):int(cu[b + 1])] for b in range(cu.numel() - 1)]
@@ -125,19 +125,50 @@ def paged_sequences(cache: torch.Tensor, block_table: torch.Tensor, seqused_kv: 
     return out
 
 
+def paged_cache(seqs_k: list[torch.Tensor], seqs_v: list[torch.Tensor], block_size: int, layout_kv: str = "PA_BBND",
+                generator: torch.Generator | None = None, shared_first_block: bool = False, spare_blocks: int = 0,
+                strided: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(k cache, v cache, block_table) holding each sequence's [rows, N, D] keys and values, the
+    inverse of paged_sequences: the blocks in a random order (as a block allocator leaves them),
+    ``spare_blocks`` more that no sequence owns; rows no sequence owns are NaN and table entries
+    past a sequence's blocks -1, so a call that reads either shows it. ``shared_first_block``:
+    sequence 1 reuses sequence 0's first block (a cached prefix; both must hold the same keys
+    there). ``strided``: k and v are the two halves of one [blocks, 2, ...] allocation."""
+    own = [-(-len(s) // block_size) for s in seqs_k]
+    shared = shared_first_block and len(seqs_k) > 1 and min(own[:2]) > 0
+    order = torch.randperm(sum(own) - shared + spare_blocks, generator=generator).tolist()
+    table = torch.full((len(seqs_k), max(own, default=0) + 1), -1, dtype=torch.int32)
+    n, dk, dv = seqs_k[0].shape[1], seqs_k[0].shape[2], seqs_v[0].shape[2]
+    whole = torch.full((len(order), 2, block_size, n, max(dk, dv)), float("nan"), dtype=seqs_k[0].dtype)
+    k_cache, v_cache = whole[:, 0, ..., :dk], whole[:, 1, ..., :dv]
+    for b, (sk, sv) in enumerate(zip(seqs_k, seqs_v)):
+        for i in range(own[b]):
+            table[b, i] = int(table[0, 0]) if shared and b == 1 and i == 0 else order.pop()
+            rows = slice(i * block_size, min((i + 1) * block_size, len(sk)))
+            k_cache[int(table[b, i]), : rows.stop - rows.start] = sk[rows]
+            v_cache[int(table[b, i]), : rows.stop - rows.start] = sv[rows]
+    if layout_kv == "PA_BNBD":  # the same blocks, heads before rows
+        k_cache, v_cache = (c.transpose(1, 2) for c in (k_cache, v_cache))
+    if not strided:
+        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
+    elif layout_kv == "PA_BNBD":
+        k_cache, v_cache = (torch.stack([c.contiguous()] * 2, 1)[:, 0] for c in (k_cache, v_cache))
+    return k_cache, v_cache, table
+
+
 def flash_attn_reference(q, k, v, *, layout_q="BSND", layout_kv=None, layout_out=None, block_table=None,
               cu_seqlens_q=None, cu_seqlens_kv=None, seqused_q=None, seqused_kv=None, sinks=None,
               softmax_scale=1.0, mask_mode=0, win_left=-1, win_right=-1, use_sdpa=False, **_ignored):
     """out (in layout_out) and lse ((B, N1, S) or (N1, T)) of the op, differentiable in q, k, v.
     A paged cache (block_table, layout_kv PA_BBND / PA_BNBD) is read through paged_sequences."""
     layout_out = layout_out or layout_q
-    qs = _fa_segments(q, layout_q, cu_seqlens_q)
+    qs = fa_segments(q, layout_q, cu_seqlens_q)
     if block_table is not None:
         ks = paged_sequences(k, block_table, seqused_kv, layout_kv)
         vs = paged_sequences(v, block_table, seqused_kv, layout_kv)
     else:
-        ks = _fa_segments(k, layout_q, cu_seqlens_kv)
-        vs = _fa_segments(v, layout_q, cu_seqlens_kv)
+        ks = fa_segments(k, layout_q, cu_seqlens_kv)
+        vs = fa_segments(v, layout_q, cu_seqlens_kv)
     outs, lses = [], []
     for b, (qb, kb, vb) in enumerate(zip(qs, ks, vs)):
         sq = qb.shape[0] if seqused_q is None else min(qb.shape[0], int(seqused_q[b]))

@@ -278,56 +278,18 @@ def flash_attn_paged_cases(draw, layouts: tuple[str, ...] = FLASH_LAYOUTS,
     return case
 
 
-def _kv_sequences(t: torch.Tensor, layout: str, cu_seqlens_kv) -> list[torch.Tensor]:
-    """Views [rows, N, D] of each sequence of a dense k or v."""
-    if layout == "TND":
-        return [t[int(cu_seqlens_kv[b]):int(cu_seqlens_kv[b + 1])] for b in range(len(cu_seqlens_kv) - 1)]
-    return list(t.unbind(0)) if layout == "BSND" else [x.transpose(0, 1) for x in t.unbind(0)]
-
-
-def _page(case: Case, seqs_k: list[torch.Tensor], seqs_v: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """(k cache, v cache, block_table) holding the sequences' rows: the blocks in a random order,
-    sequence 1's first block sequence 0's when shared; rows no sequence owns are NaN and table
-    entries past a sequence's blocks -1, so reading either shows in the result."""
-    g, bs = _generator(case), case["block_size"]
-    own = [-(-len(s) // bs) for s in seqs_k]
-    shared = case["share_prefix"] and len(seqs_k) > 1 and min(len(seqs_k[0]), len(seqs_k[1])) >= bs
-    width = max(own) + 1
-    order = torch.randperm(sum(own) + 2, generator=g)  # two blocks no sequence owns
-    table = torch.full((len(seqs_k), width), -1, dtype=torch.int32)
-    caches = []
-    for seqs in (seqs_k, seqs_v):
-        n, dim = seqs[0].shape[1], seqs[0].shape[2]
-        # a strided cache: the k and v of a block side by side, as one [blocks, 2, ...] allocation
-        whole = torch.full((len(order), 2 if case["strided_cache"] else 1, bs, n, dim), float("nan"), dtype=seqs[0].dtype)
-        caches.append(whole[:, 0])
-    used = 0
-    for b, (sk, sv) in enumerate(zip(seqs_k, seqs_v)):
-        for i in range(own[b]):
-            block = int(table[0, 0]) if (shared and b == 1 and i == 0) else int(order[used])
-            used += 0 if (shared and b == 1 and i == 0) else 1
-            table[b, i] = block
-            rows = slice(i * bs, min((i + 1) * bs, len(sk)))
-            for cache, seq in ((caches[0], sk), (caches[1], sv)):
-                cache[block, : rows.stop - rows.start] = seq[rows]
-    if case["layout_kv"] == "PA_BNBD":  # the same blocks, heads before rows
-        caches = [c.transpose(1, 2).contiguous() for c in caches]
-        if case["strided_cache"]:
-            caches = [torch.stack([c, c], 1)[:, 0] for c in caches]
-    return caches[0], caches[1], table
-
-
 def _paged_inputs(case: Case) -> tuple[dict, dict]:
     """(the paged call, the same call with dense k and v)."""
     dense, _ = _flash_inputs(case)
-    layout = case["layout"]
-    seqs_k = _kv_sequences(dense["k"], layout, dense.get("cu_seqlens_kv"))
-    seqs_v = _kv_sequences(dense["v"], layout, dense.get("cu_seqlens_kv"))
-    if case["share_prefix"] and len(seqs_k) > 1 and min(len(seqs_k[0]), len(seqs_k[1])) >= case["block_size"]:
-        bs = case["block_size"]  # a shared block holds the same keys in both sequences
+    layout, bs = case["layout"], case["block_size"]
+    seqs_k = composite.fa_segments(dense["k"], layout, dense.get("cu_seqlens_kv"))
+    seqs_v = composite.fa_segments(dense["v"], layout, dense.get("cu_seqlens_kv"))
+    shared = case["share_prefix"] and len(seqs_k) > 1 and min(len(seqs_k[0]), len(seqs_k[1])) >= bs
+    if shared:  # a shared block holds the same keys in both sequences
         seqs_k[1][:bs] = seqs_k[0][:bs]
         seqs_v[1][:bs] = seqs_v[0][:bs]
-    k, v, table = _page(case, seqs_k, seqs_v)
+    k, v, table = composite.paged_cache(seqs_k, seqs_v, bs, case["layout_kv"], _generator(case),
+                                        shared_first_block=shared, spare_blocks=2, strided=case["strided_cache"])
     paged = {key: val for key, val in dense.items() if key != "cu_seqlens_kv"}
     paged.update(k=k, v=v, block_table=table, layout_kv=case["layout_kv"])
     return paged, dense

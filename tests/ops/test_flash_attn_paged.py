@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from op_test_utils import assert_within_budget, num_threads, raises_same_in_eager_and_fake
-from op_plugin.reference import flash_attn_reference
+from op_plugin.reference import flash_attn_reference, paged_cache
 from op_plugin.testing import check_sharded_call, sharding_strategies
 
 import op_plugin
@@ -29,20 +29,8 @@ def paged_decode(B=3, N1=8, N2=2, D=64, lens=(40, 1, 77), block_size=16, rows_q=
     q = torch.randn(B, rows_q, N1, D, generator=g).to(dtype)
     k = torch.randn(B, S, N2, D, generator=g).to(dtype)
     v = torch.randn(B, S, N2, D, generator=g).to(dtype)
-    own = [-(-n // block_size) for n in lens]
-    ids = torch.randperm(sum(own) + 1, generator=g).tolist()
-    cache_k = torch.full((len(ids), block_size, N2, D), float("nan"), dtype=dtype)
-    cache_v = cache_k.clone()
-    table = torch.full((B, max(own) + 1), -1, dtype=torch.int32)
-    for b, n in enumerate(lens):
-        for i in range(own[b]):
-            block = ids.pop()
-            table[b, i] = block
-            rows = min(block_size, n - i * block_size)
-            cache_k[block, :rows] = k[b, i * block_size:i * block_size + rows]
-            cache_v[block, :rows] = v[b, i * block_size:i * block_size + rows]
-    if layout_kv == "PA_BNBD":
-        cache_k, cache_v = cache_k.transpose(1, 2).contiguous(), cache_v.transpose(1, 2).contiguous()
+    cache_k, cache_v, table = paged_cache([k[b, :n] for b, n in enumerate(lens)], [v[b, :n] for b, n in enumerate(lens)],
+                                          block_size, layout_kv, g, spare_blocks=1)
     used = torch.tensor(lens, dtype=torch.int32)
     common = dict(q=q, seqused_kv=used, softmax_scale=D ** -0.5, return_softmax_lse=True)
     return (dict(common, k=cache_k, v=cache_v, block_table=table, layout_kv=layout_kv),
