@@ -293,10 +293,13 @@ struct Small {
   }
   // Keys j0 .. min(j0 + kKeys, hi + 1) - 1 of K (V) to the L1 cache, each row's lines.
   static void prefetch_block(const FlashAttnFwdParams& p, bool value, int64_t b, int64_t h, int64_t j0, int64_t hi) {
-    const int64_t bytes = (value ? p.head_dim_v : p.head_dim) * dtype_size(p.dtype);
-    for (int64_t j = j0; j <= imin(hi, j0 + kKeys - 1); ++j) {
+    const int64_t es = dtype_size(p.dtype), bytes = (value ? p.head_dim_v : p.head_dim) * es;
+    const int64_t stride = (value ? p.v_row_stride : p.k_row_stride) * es;
+    const int64_t run = p.kv_table != nullptr ? p.kv_block_size : INT64_MAX, end = imin(hi + 1, j0 + kKeys);
+    for (int64_t j = j0; j < end;) {  // a run of rows in one block of the cache at a time
       const char* row = kv_row(p, value, b, h, j);
-      for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 3);
+      for (const int64_t run_end = imin(end, j + run - j % run); j < run_end; ++j, row += stride)
+        for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 3);
     }
   }
 
