@@ -21,13 +21,15 @@
 // its O over ascending keys; dK_j and dV_j over the pairs in head-major order), so a row's result
 // does not depend on the run it is in,
 // with every feature of the tile loops (windows, seqused, TND, GQA, sinks, swa's pse, full mask,
-// dropout and statistics) and their conventions for empty rows. Rows are converted to the
-// accumulation type S (float; double for double inputs) as they are read.
+// dropout and statistics) and their conventions for empty rows. Rows are computed in the
+// accumulation type S (float; double for double inputs): the forward widens bf16 / fp16 K and V
+// rows in registers as it loads them (Small::loadv), elsewhere they are converted a block at a time.
 #pragma once
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/counter_rng.h"
 #include "kernels/common/simd.h"
@@ -89,14 +91,51 @@ struct Small {
     if (c + W <= n) acc0 = Ops::add(acc0, Ops::mul(Ops::loadc(a + c), Ops::loadc(b + c)));
     return Ops::add(acc0, acc1);
   }
-  static S dot_tail(S s, const S* a, const S* b, int64_t n) {
-    for (int64_t c = n - n % W; c < n; ++c) s += a[c] * b[c];
+  // K / V rows as the dot products and axpys read them: S values (in place, or converted into the
+  // task's scratch by block_as_s), or, where this ISA widens 16-bit values in registers (kWidens),
+  // a bf16 / fp16 row's own bits (Bf16, F16), widened exactly as they are loaded. The sums are the
+  // same either way; reading the bits in place saves the conversion's store and reload, and its
+  // loads keep as many cache lines in flight as float32's (a row's conversion was a long run of
+  // instructions per line, and 44% of a bf16 BSND decode waited in it on memory).
+  struct Bf16 { uint16_t bits; };
+  struct F16 { uint16_t bits; };
+#if defined(OP_AVX512)
+  static constexpr bool kWidens = std::is_same_v<V, __m512>;
+#elif defined(__AVX2__) && defined(__F16C__)
+  static constexpr bool kWidens = std::is_same_v<V, __m256>;
+#else
+  static constexpr bool kWidens = false;
+#endif
+  template <class E>
+  static V loadv(const E* x) {
+    if constexpr (std::is_same_v<E, S>) {
+      return Ops::loadc(x);
+    } else {
+      static_assert(kWidens && sizeof(E) == 2, "raw 16-bit rows are read only where this ISA widens them");
+#if defined(OP_AVX512)
+      if constexpr (std::is_same_v<E, F16>) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+      const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+#elif defined(__AVX2__) && defined(__F16C__)
+      if constexpr (std::is_same_v<E, F16>) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+      const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+#endif
+    }
+  }
+  static S elem(const S* x) { return *x; }
+  static S elem(const Bf16* x) { return static_cast<S>(bf16_to_float(x->bits)); }
+  static S elem(const F16* x) { return static_cast<S>(half_bits_to_float(x->bits)); }
+  template <class E>
+  static S dot_tail(S s, const S* a, const E* b, int64_t n) {
+    for (int64_t c = n - n % W; c < n; ++c) s += a[c] * elem(b + c);
     return s;
   }
   static S dot(const S* a, const S* b, int64_t n) { return dot_tail(Ops::hsum(dot_part(a, b, n)), a, b, n); }
   // x[t] = a.b_t for nk <= kKeys rows b_t = b + t * bs, each as dot computes it; the parts are
   // reduced W at a time (Ops::hsums), not one by one.
-  static void dots(const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+  template <class E>
+  static void dots(const S* a, const E* b, int64_t bs, int nk, int64_t n, S* x) {
     switch (n / W) {  // a's chunks held in registers, when there are few enough of them
       case 1: return dots_n<1>(a, b, bs, nk, n, x);
       case 2: return dots_n<2>(a, b, bs, nk, n, x);
@@ -111,19 +150,19 @@ struct Small {
   }
   // dots with a's NC = n / W whole chunks loaded once (dot_part loaded them again for every key,
   // and on Zen 4 those loads, not the multiplies, bounded the logits), same sums.
-  template <int NC>
-  static void dots_n(const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+  template <int NC, class E>
+  static void dots_n(const S* a, const E* b, int64_t bs, int nk, int64_t n, S* x) {
     V av[NC];
     for (int c = 0; c < NC; ++c) av[c] = Ops::loadc(a + c * W);
     V part[kKeys];
     for (int t = 0; t < nk; ++t) {
-      const S* bt = b + t * bs;
+      const E* bt = b + t * bs;
       V acc0 = Ops::zero(), acc1 = Ops::zero();
       for (int c = 0; c + 1 < NC; c += 2) {
-        acc0 = Ops::add(acc0, Ops::mul(av[c], Ops::loadc(bt + c * W)));
-        acc1 = Ops::add(acc1, Ops::mul(av[c + 1], Ops::loadc(bt + (c + 1) * W)));
+        acc0 = Ops::add(acc0, Ops::mul(av[c], loadv(bt + c * W)));
+        acc1 = Ops::add(acc1, Ops::mul(av[c + 1], loadv(bt + (c + 1) * W)));
       }
-      if (NC % 2) acc0 = Ops::add(acc0, Ops::mul(av[NC - 1], Ops::loadc(bt + (NC - 1) * W)));
+      if (NC % 2) acc0 = Ops::add(acc0, Ops::mul(av[NC - 1], loadv(bt + (NC - 1) * W)));
       part[t] = Ops::add(acc0, acc1);
     }
     reduce_dots(part, a, b, bs, nk, n, x);
@@ -132,13 +171,14 @@ struct Small {
   // key's two partial sums carried from one piece to the next, so the sums are dot_part's in its
   // order. dot_part loaded a's chunk again for every key, two loads a multiply-add: at D = 128 on
   // Zen 3 dots took 35% of a 12-row float32 forward, and these pieces made it 12% faster.
-  static void dots_pieces(const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+  template <class E>
+  static void dots_pieces(const S* a, const E* b, int64_t bs, int nk, int64_t n, S* x) {
     const int nc = static_cast<int>(n / W);
     V even[kKeys], odd[kKeys];
     for (int t = 0; t < nk; ++t) even[t] = odd[t] = Ops::zero();
     for (int c0 = 0; c0 < nc; c0 += 8) {  // pieces start at even chunks: the parity is dot_part's
       const S* ap = a + c0 * W;
-      const S* bp = b + c0 * W;
+      const E* bp = b + c0 * W;
       switch (imin(8, nc - c0)) {
         case 8: dots_piece<8>(ap, bp, bs, nk, even, odd); break;
         case 7: dots_piece<7>(ap, bp, bs, nk, even, odd); break;
@@ -154,23 +194,24 @@ struct Small {
     for (int t = 0; t < nk; ++t) part[t] = Ops::add(even[t], odd[t]);
     reduce_dots(part, a, b, bs, nk, n, x);
   }
-  template <int PC>
-  static void dots_piece(const S* a, const S* b, int64_t bs, int nk, V* even, V* odd) {
+  template <int PC, class E>
+  static void dots_piece(const S* a, const E* b, int64_t bs, int nk, V* even, V* odd) {
     V av[PC];
     for (int c = 0; c < PC; ++c) av[c] = Ops::loadc(a + c * W);
     for (int t = 0; t < nk; ++t) {
-      const S* bt = b + t * bs;
+      const E* bt = b + t * bs;
       V acc0 = even[t], acc1 = odd[t];
       for (int c = 0; c + 1 < PC; c += 2) {
-        acc0 = Ops::add(acc0, Ops::mul(av[c], Ops::loadc(bt + c * W)));
-        acc1 = Ops::add(acc1, Ops::mul(av[c + 1], Ops::loadc(bt + (c + 1) * W)));
+        acc0 = Ops::add(acc0, Ops::mul(av[c], loadv(bt + c * W)));
+        acc1 = Ops::add(acc1, Ops::mul(av[c + 1], loadv(bt + (c + 1) * W)));
       }
-      if (PC % 2) acc0 = Ops::add(acc0, Ops::mul(av[PC - 1], Ops::loadc(bt + (PC - 1) * W)));
+      if (PC % 2) acc0 = Ops::add(acc0, Ops::mul(av[PC - 1], loadv(bt + (PC - 1) * W)));
       even[t] = acc0;
       odd[t] = acc1;
     }
   }
-  static void reduce_dots(V* part, const S* a, const S* b, int64_t bs, int nk, int64_t n, S* x) {
+  template <class E>
+  static void reduce_dots(V* part, const S* a, const E* b, int64_t bs, int nk, int64_t n, S* x) {
     for (int t = nk; t < kKeys; ++t) part[t] = Ops::zero();
     for (int t = 0; t < nk; t += W) Ops::hsums(part + t, x + t);
     if (n % W)
@@ -185,8 +226,8 @@ struct Small {
   // y += a_t x_t for t < m (x_t = x + t * xs), t ascending (terms with a_t == 0 skipped when
   // kSkipZeros): axpy m times over, with y's vectors held in registers (NV of them at a time)
   // across the m rows.
-  template <bool kSkipZeros>
-  static void axpys(const S* a, int m, const S* x, int64_t xs, S* y, int64_t n) {
+  template <bool kSkipZeros, class E>
+  static void axpys(const S* a, int m, const E* x, int64_t xs, S* y, int64_t n) {
     int64_t c = 0;
     for (; c + 8 * W <= n; c += 8 * W) axpys_cols<8, kSkipZeros>(a, m, x + c, xs, y + c);
     switch ((n - c) / W) {
@@ -201,16 +242,16 @@ struct Small {
     }
     for (c = n - n % W; c < n; ++c)
       for (int t = 0; t < m; ++t)
-        if (!kSkipZeros || a[t] != S(0)) y[c] += a[t] * x[t * xs + c];
+        if (!kSkipZeros || a[t] != S(0)) y[c] += a[t] * elem(x + t * xs + c);
   }
-  template <int NV, bool kSkipZeros>
-  static void axpys_cols(const S* a, int m, const S* x, int64_t xs, S* y) {
+  template <int NV, bool kSkipZeros, class E>
+  static void axpys_cols(const S* a, int m, const E* x, int64_t xs, S* y) {
     V acc[NV];
     for (int v = 0; v < NV; ++v) acc[v] = Ops::loadc(y + v * W);
     for (int t = 0; t < m; ++t) {
       if (kSkipZeros && a[t] == S(0)) continue;
       const V va = Ops::set1(a[t]);
-      for (int v = 0; v < NV; ++v) acc[v] = Ops::add(acc[v], Ops::mul(va, Ops::loadc(x + t * xs + v * W)));
+      for (int v = 0; v < NV; ++v) acc[v] = Ops::add(acc[v], Ops::mul(va, loadv(x + t * xs + v * W)));
     }
     for (int v = 0; v < NV; ++v) Ops::storec(y + v * W, acc[v]);
   }
@@ -281,28 +322,32 @@ struct Small {
     *rs = ld;
     return buf;
   }
-  // Whether the forward prefetches K's (V's) rows a block of keys ahead: only rows it converts
-  // that are not back to back (BSND, TND, PA_BBND: a row of each kv head in between). A bf16 /
-  // fp16 row's conversion is a long run of instructions per cache line, so few lines were in
-  // flight and the loads waited on memory (44% of a bf16 BSND decode in load_row); the prefetch
-  // made those decodes 1.2-1.27x faster on Zen 3. Rows read in place (float32: dot products load
-  // whole lines from 16 rows at once) ran 0.8x with it, and back-to-back rows (BNSD, PA_BNBD),
-  // which the hardware prefetcher follows, 0.92-1.0x: neither prefetches.
-  static bool prefetches(const FlashAttnFwdParams& p, bool value) {
-    return !reads_in_place(p) && (value ? p.v_row_stride != p.head_dim_v : p.k_row_stride != p.head_dim);
+  // A block of K (V) rows as the forward reads them: S rows (block_as_s), or, `raw` (kWidens and
+  // 16-bit inputs), the block's own bits in place, unless a paged block of keys spans two of the
+  // cache's blocks (a block size that is not a multiple of kKeys).
+  struct BlockRows {
+    const void* x;
+    int64_t rs;  // row stride, in elements
+    int elem;    // 0: S, 1: bf16, 2: fp16
+  };
+  static BlockRows block_rows(const FlashAttnFwdParams& p, bool value, int64_t b, int64_t h, int64_t j0, int nk,
+                              S* buf, int64_t ld, bool raw) {
+    const int64_t run = p.kv_table != nullptr ? p.kv_block_size : INT64_MAX;
+    if (raw && j0 / run == (j0 + nk - 1) / run)
+      return {kv_row(p, value, b, h, j0), value ? p.v_row_stride : p.k_row_stride, p.dtype == OP_DT_BF16 ? 1 : 2};
+    int64_t rs;
+    const S* x = block_as_s(p, value, b, h, j0, nk, buf, ld, &rs);
+    return {x, rs, 0};
   }
-  // Keys j0 .. min(j0 + kKeys, hi + 1) - 1 of K (V) to the L1 cache, each row's lines.
-  static void prefetch_block(const FlashAttnFwdParams& p, bool value, int64_t b, int64_t h, int64_t j0, int64_t hi) {
-    const int64_t es = dtype_size(p.dtype), bytes = (value ? p.head_dim_v : p.head_dim) * es;
-    const int64_t stride = (value ? p.v_row_stride : p.k_row_stride) * es;
-    const int64_t run = p.kv_table != nullptr ? p.kv_block_size : INT64_MAX, end = imin(hi + 1, j0 + kKeys);
-    for (int64_t j = j0; j < end;) {  // a run of rows in one block of the cache at a time
-      const char* row = kv_row(p, value, b, h, j);
-      for (const int64_t run_end = imin(end, j + run - j % run); j < run_end; ++j, row += stride)
-        for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 3);
+  // f(rows) with the block's rows as a typed pointer (const S*, const Bf16* or const F16*)
+  template <class F>
+  static void with_rows(const BlockRows& r, F&& f) {
+    if constexpr (kWidens) {
+      if (r.elem == 1) return f(static_cast<const Bf16*>(r.x));
+      if (r.elem == 2) return f(static_cast<const F16*>(r.x));
     }
+    f(static_cast<const S*>(r.x));
   }
-
   // ---- forward: pairs k0 .. k0 + npairs - 1 of kv head h, batch b ---------------------------
   // Pair k is row k % sq of query head h * group + k / sq. With key splits (plan.fwd_splits > 1,
   // task i0 = k0 * splits + split) the task takes the split's keys and writes partials.
@@ -358,18 +403,15 @@ struct Small {
     // skipped): the order of every sum is the same, and a paged cache's blocks of a multiple of
     // kKeys keys are read whole, in place (block_as_s).
     const int64_t lo_block = lo == INT64_MAX ? lo : lo / kKeys * kKeys;
-    const bool prefetch_k = prefetches(p, false), prefetch_v = prefetches(p, true);
+    const bool raw = kWidens && (p.dtype == OP_DT_BF16 || p.dtype == OP_DT_FLOAT16);
     for (int64_t j0 = lo_block; j0 <= hi; j0 += kKeys) {  // the logits, a block of keys at a time
       const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
-      if (prefetch_k && j0 + kKeys <= hi) prefetch_block(p, false, b, h, j0 + kKeys, hi);
-      if (prefetch_v && j0 + kKeys > hi) prefetch_block(p, true, b, h, lo_block, hi);  // P V's first block
-      int64_t ks;
-      const S* kb = block_as_s(p, false, b, h, j0, nk, r.kblk, r.ld, &ks);
+      const BlockRows kb = block_rows(p, false, b, h, j0, nk, r.kblk, r.ld, raw);
       for (int64_t k = 0; k < np; ++k) {
         const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
         if (a > e) continue;
         S qk[kKeys];
-        dots(r.q + k * r.ld, kb, ks, nk, D, qk);
+        with_rows(kb, [&](auto x) { dots(r.q + k * r.ld, x, kb.rs, nk, D, qk); });
         S* sk = r.s + k * r.ls;  // key j's logit at sk[j - lok[k]]
         if (!p.pse && !p.full_mask && a == j0 && e - a + 1 == kKeys) {
           for (int t = 0; t < kKeys; t += W)
@@ -416,9 +458,7 @@ struct Small {
     if (p.keep_prob < 1.0) dkey = dropout_key(p.dropout_seed, p.dropout_offset, p.keep_prob);
     for (int64_t j0 = lo_block; j0 <= hi; j0 += kKeys) {  // out += P V, a block of keys at a time
       const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
-      if (prefetch_v && j0 + kKeys <= hi) prefetch_block(p, true, b, h, j0 + kKeys, hi);
-      int64_t vs;
-      const S* vb = block_as_s(p, true, b, h, j0, nk, r.vblk, r.ld, &vs);
+      const BlockRows vb = block_rows(p, true, b, h, j0, nk, r.vblk, r.ld, raw);
       for (int64_t k = 0; k < np; ++k) {
         const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
         if (a > e) continue;
@@ -428,7 +468,9 @@ struct Small {
           for (int64_t j = a; j <= e; ++j) pe[j - a] = wk[j - a] * keep(p, dkey, b, n[k], i[k], j);
           wk = pe;
         }
-        axpys<true>(wk, static_cast<int>(e - a + 1), vb + (a - j0) * vs, vs, r.acc + k * r.ld, Dv);
+        with_rows(vb, [&](auto x) {
+          axpys<true>(wk, static_cast<int>(e - a + 1), x + (a - j0) * vb.rs, vb.rs, r.acc + k * r.ld, Dv);
+        });
       }
     }
     for (int64_t k = 0; k < np; ++k) {
