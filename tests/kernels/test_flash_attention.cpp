@@ -308,6 +308,24 @@ static bool compare(const char* what, const Buf& got, const std::vector<double>&
   return ok;
 }
 
+// b as a view with padded rows: its last dimension pad elements short of the next row's start,
+// the padding NaN (as flash_attn's and flash_attn_grad's strided: q, k, v may be).
+static Buf padded_rows(const Buf& b, int64_t pad) {
+  const int nd = b.t.ndim;
+  const int64_t last = b.t.shape[nd - 1], rows = last ? op_plugin::numel(b.t) / last : 0;
+  const int64_t es = op_plugin::dtype_size(b.t.dtype);
+  Buf p;
+  p.t = b.t;
+  p.bytes.assign(static_cast<size_t>(rows * (last + pad) * es) + 64, 0xff);
+  p.t.data = p.bytes.data();
+  p.t.strides[nd - 1] = 1;
+  for (int d = nd - 2; d >= 0; --d) p.t.strides[d] = d == nd - 2 ? last + pad : p.t.strides[d + 1] * p.t.shape[d + 1];
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(p.bytes.data() + r * (last + pad) * es, static_cast<const unsigned char*>(b.t.data) + r * last * es,
+                static_cast<size_t>(last * es));
+  return p;
+}
+
 static void run_case(const Case& c, opDataType dt, bool check_threads, uint32_t seed) {
   const std::string desc = describe(c, dt);
   Inputs in = make_inputs(c, dt, seed);
@@ -357,6 +375,18 @@ static void run_case(const Case& c, opDataType dt, bool check_threads, uint32_t 
     const bool same = f2.out.bytes == f.out.bytes && f2.lse.bytes == f.lse.bytes && b2.dq.bytes == bw.dq.bytes &&
                       b2.dk.bytes == bw.dk.bytes && b2.dv.bytes == bw.dv.bytes;
     EXPECT(same, "%s: 1 vs 2 threads not bitwise identical", desc.c_str());
+    // q, k, v as views with padded rows (strided: inputs, read in place): bitwise the same results
+    Inputs views = in;
+    views.q = padded_rows(in.q, 16);
+    views.k = padded_rows(in.k, 3);
+    views.v = padded_rows(in.v, 32);
+    FwdResult fs = run_fwd(c, views, dt);
+    BwdResult bs = run_bwd(c, views, dt, f.out, f.lse, scale_bwd);
+    EXPECT(fs.status == OP_SUCCESS && bs.status == OP_SUCCESS, "%s: strided status %s", desc.c_str(),
+           opGetLastErrorMessage());
+    const bool same_strided = fs.out.bytes == f.out.bytes && fs.lse.bytes == f.lse.bytes &&
+                              bs.dq.bytes == bw.dq.bytes && bs.dk.bytes == bw.dk.bytes && bs.dv.bytes == bw.dv.bytes;
+    EXPECT(same_strided, "%s: strided q, k, v not bitwise the contiguous results", desc.c_str());
   }
 }
 
