@@ -364,6 +364,7 @@ def swa_cases(draw, layouts: tuple[str, ...] = SWA_LAYOUTS, dtypes: tuple[torch.
     if draw(st.booleans()):
         case["sink"] = draw(st.sampled_from([torch.float32, case["dtype"]]))
     case["keep_prob"] = draw(st.sampled_from([1.0, 1.0, 0.9, 0.6]))
+    case["strided"] = draw(st.booleans())  # query, key, value as views with padded rows, read in place
     return case
 
 
@@ -382,6 +383,8 @@ def _swa_inputs(case: Case) -> tuple[dict, torch.Tensor, list[int], list[int]]:
         x = {name: from_bnsd(_randn(g, (b, heads, s, e), dt), layout) for name, heads, s, e in
              (("query", n, sq[0], d), ("key", nkv, skv[0], d), ("value", nkv, skv[0], dv))}
         dy = from_bnsd(_randn(g, (b, n, sq[0], dv), dt), layout)
+    if case.get("strided"):
+        x.update({name: _padded_view(x[name]) for name in ("query", "key", "value")})
     kind = case["mask"]
     if kind == "template":
         x["atten_mask"] = TEMPLATE_BOOL
@@ -649,6 +652,7 @@ def features(family: str, case: Case) -> list[str]:
         out += ["TND, Dv < D"] * (case["layout"] == "TND" and case["dv"] < case["d"])
         out += ["TND, trailing zeros"] * (case.get("trailing_zeros", 0) > 0)
         out += ["negative pre or next"] * (min(case["pre_tockens"], case["next_tockens"]) < 0)
+        out += ["strided query, key, value"] * bool(case.get("strided"))
     elif family == "fused_floyd_attention":
         out += [f"mask {case['mask']}"]
     else:

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -67,6 +68,25 @@ static Buf make_buf(opDataType dt, std::vector<int64_t> shape) {
   b.t.data = b.bytes.data();
   return b;
 }
+
+// b as a view with padded rows: its last dimension pad elements short of the next row's start,
+// the padding NaN (as the attention ops' strided: q, k, v may be).
+static Buf padded_rows(const Buf& b, int64_t pad) {
+  const int nd = b.t.ndim;
+  const int64_t last = b.t.shape[nd - 1], rows = last ? op_plugin::numel(b.t) / last : 0;
+  const int64_t es = op_plugin::dtype_size(b.t.dtype);
+  Buf p;
+  p.t = b.t;
+  p.bytes.assign(static_cast<size_t>(rows * (last + pad) * es) + 64, 0xff);
+  p.t.data = p.bytes.data();
+  p.t.strides[nd - 1] = 1;
+  for (int d = nd - 2; d >= 0; --d) p.t.strides[d] = d == nd - 2 ? last + pad : p.t.strides[d + 1] * p.t.shape[d + 1];
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(p.bytes.data() + r * (last + pad) * es, static_cast<const unsigned char*>(b.t.data) + r * last * es,
+                static_cast<size_t>(last * es));
+  return p;
+}
+
 static double get(const Buf& b, int64_t i) {
   using namespace op_plugin;
   switch (b.t.dtype) {

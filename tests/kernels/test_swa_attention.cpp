@@ -420,6 +420,20 @@ static void run_case(const Case& c, opDataType dt, bool check_threads, uint32_t 
                       same_bytes(b2.dq, bw.dq) && same_bytes(b2.dk, bw.dk) && same_bytes(b2.dv, bw.dv) &&
                       same_bytes(b2.dpse, bw.dpse) && same_bytes(b2.dsink, bw.dsink);
     EXPECT(same, "%s: 1 vs 2 threads not bitwise identical", desc.c_str());
+    // query, key, value as views with padded rows (strided: inputs, read in place): bitwise the
+    // same results
+    Inputs views = in;
+    views.q = padded_rows(in.q, 16);
+    views.k = padded_rows(in.k, 3);
+    views.v = padded_rows(in.v, 32);
+    FwdResult fs = run_fwd(c, views, dt);
+    BwdResult bs = run_bwd(c, views, dt, f);
+    EXPECT(fs.status == OP_SUCCESS && bs.status == OP_SUCCESS, "%s: strided status %s", desc.c_str(),
+           opGetLastErrorMessage());
+    const bool same_strided = same_bytes(fs.out, f.out) && same_bytes(fs.mx, f.mx) && same_bytes(fs.sm, f.sm) &&
+                              same_bytes(bs.dq, bw.dq) && same_bytes(bs.dk, bw.dk) && same_bytes(bs.dv, bw.dv) &&
+                              same_bytes(bs.dpse, bw.dpse) && same_bytes(bs.dsink, bw.dsink);
+    EXPECT(same_strided, "%s: strided query, key, value not bitwise the contiguous results", desc.c_str());
   }
 }
 

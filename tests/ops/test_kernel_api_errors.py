@@ -190,9 +190,9 @@ def test_what_only_the_kernel_checks_keeps_its_own_text() -> None:
 
 
 def test_strided_inputs_in_the_kernel_api() -> None:
-    """flash_attn's q, k and v are `strided:` in the registry: the kernel API takes them with any
-    strides >= 0 and a contiguous last dimension, names that rule otherwise, and still requires
-    the other ops' inputs contiguous."""
+    """flash_attn's q, k and v are `strided:` in the registry (and swa_forward's query, key, value):
+    the kernel API takes them with any strides >= 0 and a contiguous last dimension, names that
+    rule otherwise, and still requires every other input contiguous."""
     q = torch.randn(1, 4, 2, 11)[..., :8]  # rows of 11 elements
     kwargs = {"q": q, "k": q, "v": q, "softmax_scale": 0.5}
     outputs = torch.ops.op_plugin.flash_attn(**kwargs)
@@ -203,5 +203,7 @@ def test_strided_inputs_in_the_kernel_api() -> None:
     swa = _swa()
     swa_outputs = torch.ops.op_plugin.swa_forward(**swa)[:4]
     swa["query"] = torch.randn(1, 2, 4, 11)[..., :8]
+    assert kernel_message("swa_forward", swa, swa_outputs, as_given=True) == (0, "")
+    swa["pse"] = torch.randn(1, 2, 4, 5)[..., :4]
     assert kernel_message("swa_forward", swa, swa_outputs, as_given=True) == (
-        OP_ERR_PARAM_INVALID, "query must be contiguous")
+        OP_ERR_PARAM_INVALID, "pse must be contiguous")

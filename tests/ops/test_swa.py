@@ -279,6 +279,35 @@ def test_a_row_with_one_visible_key_passes_its_gradient_exactly(dtype) -> None:
     assert torch.equal(dv, dy[:, :1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_projection_views_are_not_copied(dtype) -> None:
+    # query, key, value as the three thirds of one BSH projection [B, S, 3H] (strided: in the
+    # registry for swa_forward and swa_backward): read in place forward and backward, with results
+    # bitwise those of contiguous copies, and the backward op copies none of them.
+    qkv = torch.randn(2, 90, 3 * 64, generator=torch.Generator().manual_seed(5)).to(dtype)
+    views = [t.requires_grad_(True) for t in qkv.detach().clone().chunk(3, dim=-1)]
+    copies = [t.detach().contiguous().requires_grad_(True) for t in views]
+    dy = torch.randn(2, 90, 64, dtype=torch.float64).to(dtype)
+    opts = dict(scale=0.25, pre_tockens=40, next_tockens=0, sparse_mode=4, atten_mask=TEMPLATE)
+    results = []
+    for q, k, v in (views, copies):
+        out = op_plugin.swa_forward(q, k, v, 4, "BSH", **opts)[0]
+        out.backward(dy)
+        results.append((out, q.grad, k.grad, v.grad))
+    assert not views[0].is_contiguous()
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    detached = [t.detach() for t in views]
+    out, smax, ssum, _, seed, offset, numels = op_plugin.swa_forward(*detached, 4, "BSH", **opts)
+    bwd_opts = dict(opts, scale_value=opts["scale"])
+    del bwd_opts["scale"]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        op_plugin.swa_backward(*detached, dy, 4, "BSH", softmax_max=smax, softmax_sum=ssum, attention_in=out,
+                               seed=seed, offset=offset, numels=numels, **bwd_opts)
+    copied = {e.name for e in prof.events()} & {"aten::contiguous", "aten::clone", "aten::copy_"}
+    assert not copied, copied
+
+
 @pytest.mark.parametrize("case", [(SHAPES[0], MASKS[3]), (SHAPES[1], MASKS[7]), (SHAPES[4], MASKS[8])],
                          ids=lambda c: _shape_id(c[0]) if isinstance(c, tuple) else str(c))
 def test_gradcheck(case) -> None:
