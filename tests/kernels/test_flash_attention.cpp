@@ -2,7 +2,8 @@
 // float64 reference. Covers BSND/BNSD/TND, MHA/GQA/MQA, Dv != D, mask modes 0/3/4 with several
 // windows, Sq != Skv, seqused, TND with empty sequences, sinks, tile-1/tile/tile+1 lengths, every
 // dtype, every ISA level this CPU has (the binary re-runs itself with OP_PLUGIN_ISA set), 1 vs 2
-// threads bitwise, content errors, and random valid calls (RandomDraw). Prints "N passed, M failed"
+// threads bitwise, q/k/v as views with padded rows bitwise the contiguous results, content
+// errors, and random valid calls (RandomDraw). Prints "N passed, M failed"
 // last; exits non-zero on failure.
 #include <cmath>
 #include <cstdio>

@@ -4,7 +4,8 @@
 // unbounded pre/next, no mask (whole matrix), pse (full and broadcast, dpse), sink (dsink), TND
 // with empty and trailing-dropped sequences and the T > 16384 override, GQA, Dv < D, tile-boundary
 // lengths, every dtype, dropout (same mask in forward and backward, statistics, seeds), 1 vs 2
-// threads bitwise, stage-1 errors, and random valid calls (RandomDraw). Prints "N passed, M failed"
+// threads bitwise, query/key/value as views with padded rows bitwise the contiguous results,
+// stage-1 errors, and random valid calls (RandomDraw). Prints "N passed, M failed"
 // last; non-zero exit on failure.
 #include <algorithm>
 #include <cfloat>

@@ -408,7 +408,7 @@ struct Small {
     }
     // Key blocks start on multiples of kKeys (the first may hold keys no row sees, which are
     // skipped): the order of every sum is the same, and a paged cache's blocks of a multiple of
-    // kKeys keys are read whole, in place (block_as_s).
+    // kKeys keys are read whole, in place (block_rows).
     const int64_t lo_block = lo == INT64_MAX ? lo : lo / kKeys * kKeys;
     const bool raw = raw_rows(p, np);
     for (int64_t j0 = lo_block; j0 <= hi; j0 += kKeys) {  // the logits, a block of keys at a time
