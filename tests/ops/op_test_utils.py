@@ -49,3 +49,11 @@ def num_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def copies_made(fn: Callable[[], object]) -> set[str]:
+    """The copy ops (contiguous, clone, copy_) a call of fn dispatches, from a profile of it: a
+    binding that passes its strided: inputs as they are makes none."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.name for e in prof.events()} & {"aten::contiguous", "aten::clone", "aten::copy_"}
