@@ -348,7 +348,8 @@ int main(int argc, char** argv) {
       {"bnsd swa band512 S8192 D64 float32 kp0.9 fwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, false, 5, false, true, 0.9, true},
       {"bnsd swa band512 S8192 D64 float32 kp0.9 fwd+bwd", OP_DT_FLOAT, 1, 8, 8192, 64, 4, 511, 0, true, 5, false, true, 0.9, true},
       // few query rows (speculative decoding), 8 query heads on 2 kv heads, 2,048 keys, dense: the row
-      // kernels (flash_attention_small.h) up to kSmallRowsQAvx2 / kSmallRowsQ rows, the tiles above
+      // kernels (flash_attention_small.h) up to small_rows_limit() rows (flash_attention_plan.h), the
+      // tiles above
       {"rows4 of 2048 GQA8:2 D128 float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 41, false, false, 1.0, false, false, nullptr, 4, 2},
       {"rows4 of 2048 GQA8:2 D128 float32 fwd+bwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, true, 21, false, false, 1.0, false, false, nullptr, 4, 2},
       {"rows8 of 2048 GQA8:2 D128 float32 fwd", OP_DT_FLOAT, 1, 8, 2048, 128, 0, -1, -1, false, 41, false, false, 1.0, false, false, nullptr, 8, 2},

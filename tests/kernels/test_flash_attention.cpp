@@ -537,7 +537,8 @@ static std::vector<Case> cases() {
   // 16) under disjoint one-key windows; 6 heads on 2 with causal windows of 5 distinct ends, sinks
   { Case c; c.S1 = 5; c.S2 = 90; c.N1 = 8; c.N2 = 1; c.mode = 4; c.wl = 0; c.wr = 0; add(c); }
   { Case c; c.layout = "TND"; c.lq = {5, 2, 5}; c.lkv = {300, 0, 17}; c.N1 = 6; c.N2 = 2; c.D = 128; c.Dv = 64; c.mode = 3; c.sinks = true; add(c); }
-  // 6-11 rows (the row kernels at every level: kSmallRowsQAvx2) with fewer kv heads than
+  // 6-11 rows (the row kernels at avx2 and baseline, kSmallRowsQAvx2; at the AVX-512 levels the
+  // forward's up to 8 rows and the backward's up to 6, the tiles above) with fewer kv heads than
   // kSmallBwdMinTasks: the backward splits the keys into chunks and sums their dQ partials. A window
   // that leaves the first chunks without keys for every row; TND where one sequence has fewer keys
   // than chunks, sinks; seqused_kv (zero dK / dV rows from the last chunk) with D and Dv off the
@@ -551,7 +552,7 @@ static std::vector<Case> cases() {
   { Case c; c.S1 = 1; c.S2 = 4200; c.N1 = 2; c.N2 = 1; c.sinks = true; add(c); }
   { Case c; c.layout = "TND"; c.lq = {2, 3, 1}; c.lkv = {4200, 50, 2100}; c.N1 = 2; c.N2 = 1; c.mode = 4; c.wl = 1500; c.wr = 0; c.sinks = true; add(c); }
   { Case c; c.B = 2; c.S1 = 3; c.S2 = 2500; c.used_q = {3, 3}; c.used_kv = {2500, 0}; c.N1 = 2; c.N2 = 1; add(c); }
-  // 12-24 rows of a few kv heads (more than 15: the vector tiles at every level): blocks of fewer
+  // 12-24 rows of a few kv heads (more than 11: the vector tiles at every level): blocks of fewer
   // rows than a tile, and a backward that splits keys rather than the GQA group
   // (its dQ partials are the smaller): a window leaving the first chunks without rows, TND with
   // one sequence of fewer keys than chunks

@@ -198,13 +198,19 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   return true;
 }
 
+// The most query rows the row kernels take off the AMX tiles (flash_attention_plan.h)
+static int64_t small_rows_limit(Compute compute, bool bwd, int64_t max_seqlen_kv) {
+  if (compute == Compute::kBf16Pairs)
+    return !bwd && max_seqlen_kv >= kSmallLongKeys ? kSmallRowsQBf16PairsLongKeys : kSmallRowsQBf16Pairs;
+  if (active_isa() <= Isa::kAvx2) return kSmallRowsQAvx2;
+  return bwd ? kSmallRowsQBwd : kSmallRowsQFwd;
+}
+
 bool make_plan(const FlashAttnFwdParams& p, bool bwd, const int64_t numel[5], int64_t threads, PlanStorage* storage,
                Plan* plan) {
   const bool bf16_tiles = plan->compute == Compute::kBf16Pairs && kernels().amx;
   const int64_t rows = p.max_seqlen_q;
-  const int64_t max_rows = plan->compute == Compute::kBf16Pairs ? kSmallRowsQBf16Pairs
-                           : active_isa() <= Isa::kAvx2             ? kSmallRowsQAvx2
-                                                                    : kSmallRowsQ;
+  const int64_t max_rows = small_rows_limit(plan->compute, bwd, p.max_seqlen_kv);
   const bool small = bf16_tiles ? rows <= kSmallRowsQBf16Amx &&
                                       (bwd || rows == 1 || rows * p.max_seqlen_kv < kSmallWorkBf16AmxFwd)
                                 : rows <= max_rows;

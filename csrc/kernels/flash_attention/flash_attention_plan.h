@@ -68,27 +68,35 @@ struct Task {
   int64_t cost;  // tiles visited; tasks run longest first (LPT) from a shared queue
 };
 
-// Few query rows (flash_attention_small.h): at most kSmallRowsQ rows in every sequence run row
-// by row, without tiles; below kSmallSerialWork multiply-adds the call stays on one thread.
+// Few query rows (flash_attention_small.h): at most small_rows_limit() rows in every sequence run
+// row by row, without tiles; below kSmallSerialWork multiply-adds the call stays on one thread.
 // At 5 rows the row kernels' 32-way split dot products keep float32 within the error budget,
 // where the vector score GEMM's one chain per logit was up to 2.4x over it (PyTorch's own GEMM is
-// more accurate below 6 rows). 15, not 5, since the row kernels take keys in blocks and their
-// backward splits the keys of few kv heads (Zen 4, 2 threads, docs/decisions.md "Few query rows,
-// third round"): at 6-16 rows they beat the vector tiles (64 rows of padding) 1.2-3.7x forward
-// and fwd+bwd (float32, float16; 32-4096 keys, 1, 2 or 8 kv heads). From 16 rows on the AMX
-// hosts' float parts take over (kAmxMinRowsQ); on those hosts the row kernels of 6-15 rows are
-// not measured yet (the earlier ones traded places with the vector tiles at 8 rows there; these
-// are 1.6-1.9x faster on Zen 4). bf16 on the vector pair tiles (vdpbf16ps, twice the FMA rate
-// on AMD): 8 (1.2-2.4x at 6-8 rows, even at 12 and behind at 16).
-// avx2 and baseline: 11. Since the vector tiles compute only the lane groups of their rows and the
-// backward of few rows splits keys rather than a GQA group (2026-12-07), the tiles beat the row
-// kernels from 12 rows at avx2 (Zen 3, float32, float16, bf16, 512-2,048 keys, 1-8 kv heads, one
-// and two threads: 0.56-1.09 of their time forward, 0.60-0.96 fwd+bwd at 12-15 rows; mixed at
-// 8-10, 0.70-1.35). The AVX-512 levels keep 15 until they are measured with those changes
-// (docs/decisions.md, "Few query rows, fourth round").
-constexpr int64_t kSmallRowsQ = 15;
+// more accurate below 6 rows), so no limit is below 5 for a float part.
+// The limits, by dataflow and direction, each where the row kernels stopped beating the vector
+// tiles (which compute only the lane groups of their rows, and whose backward of few rows splits
+// keys rather than a GQA group, since 2026-12-07):
+//   AVX-512 levels, float parts (float32, float16; bf16 where vdpbf16ps is slow): forward 8,
+//     backward 6. Zen 4, B1, 8 or 32 query heads on 8, D128, 1,024-16,384 keys, 2 threads, both
+//     dataflows alternated in one process (tile / row time): forward 0.89-1.46 at 8 rows,
+//     0.74-1.11 at 10 and 0.61-0.90 at 15; backward 0.74-1.36 at 6, 0.69-1.15 at 8 and
+//     0.56-0.83 at 15 (docs/decisions.md, "Few query rows, fifth round"). Earlier both were 15,
+//     measured before the tiles' two changes. On Intel's AVX-512 not measured yet.
+//   bf16 on the vector pair tiles (vdpbf16ps at the FMA rate, AMD): backward 3; forward 3, or 6
+//     from kSmallLongKeys keys (the tiles' share of a short call is larger: at 6 rows tile / row
+//     was 0.66-0.70 with 1,024 keys and 1.10-1.43 with 4,096-16,384; at 4 rows backward
+//     0.69-0.95, except 32 heads on 8 with 16,384 keys, 1.27).
+//   avx2 and baseline: 11, both directions (Zen 3, float32, float16, bf16, 512-2,048 keys, 1-8 kv
+//     heads, one and two threads: the tiles took 0.56-1.09 of the row kernels' time forward and
+//     0.60-0.96 fwd+bwd at 12-15 rows; mixed at 8-10, 0.70-1.35; docs/decisions.md, "Few query
+//     rows, fourth round").
+// From 16 rows on the AMX hosts' float parts take over (kAmxMinRowsQ).
+constexpr int64_t kSmallRowsQFwd = 8;
+constexpr int64_t kSmallRowsQBwd = 6;
 constexpr int64_t kSmallRowsQAvx2 = 11;
-constexpr int64_t kSmallRowsQBf16Pairs = 8;
+constexpr int64_t kSmallRowsQBf16Pairs = 3;
+constexpr int64_t kSmallRowsQBf16PairsLongKeys = 6;
+constexpr int64_t kSmallLongKeys = 4096;
 // bf16 on AMX: the row kernels up to 4 rows only; at 5 rows one 16-row tile beat them 1.3-1.5x
 // forward (128-1024 keys) and 1.1-1.35x backward. And the forward of 2-4 rows takes the tile once
 // rows x keys reach kSmallWorkBf16AmxFwd: one tile's cost hardly grows with the rows, the row
@@ -146,7 +154,7 @@ inline int64_t small_rows_bytes(int64_t D, int64_t Dv, int64_t max_skv, int64_t 
 
 struct Plan {
   Compute compute = Compute::kF32;
-  bool small = false;  // the row kernels of flash_attention_small.h (kSmallRowsQ)
+  bool small = false;  // the row kernels of flash_attention_small.h (small_rows_limit)
   // Row kernels: (head, row) pairs of a kv head per forward task and per backward pass over the keys
   int64_t small_pairs = 1;
   // Row kernels' forward: the most key splits of a sequence (kSmallFwdSplitKeys; sequence b has
