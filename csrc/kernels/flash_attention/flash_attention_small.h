@@ -8,7 +8,8 @@
 // rows of a kv head's group, up to kSmallMaxPairs (head, row) pairs, go over the keys together,
 // kSmallKeys keys at a time, so that each K / V row is read (and converted) once for all of them:
 // a row's dot products with a block's keys are reduced together (Ops::hsums), and its O / dQ (or a
-// key's dK / dV) stay in registers across the block (axpys):
+// key's dK / dV) stay in registers across the block (axpys); at AVX-512 the forward takes two
+// rows at a time through both (dots2, axpys2), loading each K / V vector once for the two:
 //   forward:  one task per (b, kv head, run of pairs, key split): s_j = c2 q.k_j (+ bias) over each
 //             row's window, then m, l and out = sum_j 2^(s_j - m) v_j / l; sequences of more than
 //             kSmallFwdSplitKeys keys in splits, each writing its (m, l, O) for combine_splits
@@ -167,6 +168,63 @@ struct Small {
     }
     reduce_dots(part, a, b, bs, nk, n, x);
   }
+  // Two rows at once (kTwoRows): the dots, or axpys, of rows a0 and a1 against the same keys, each
+  // row's operations those of the one-row function in the same order (so its sums are bitwise
+  // the same), with each K (V) vector loaded, and a 16-bit one widened, once for both: a
+  // load (and a widening) per multiply-add became one per two. GQA decode on Zen 4 ran
+  // 1.1-1.3x faster (docs/decisions.md, "The row kernels take two rows at a time"). Where the
+  // registers hold both rows: AVX-512's 32 (two rows' q chunks or O vectors, 16 each at most),
+  // not AVX2's 16.
+#if defined(OP_AVX512)
+  static constexpr bool kTwoRows = std::is_same_v<V, __m512>;
+#else
+  static constexpr bool kTwoRows = false;
+#endif
+  template <class E>
+  static void dots2(const S* a0, const S* a1, const E* b, int64_t bs, int nk, int64_t n, S* x0, S* x1) {
+    switch (n / W) {
+      case 1: return dots2_n<1>(a0, a1, b, bs, nk, n, x0, x1);
+      case 2: return dots2_n<2>(a0, a1, b, bs, nk, n, x0, x1);
+      case 3: return dots2_n<3>(a0, a1, b, bs, nk, n, x0, x1);
+      case 4: return dots2_n<4>(a0, a1, b, bs, nk, n, x0, x1);
+      case 5: return dots2_n<5>(a0, a1, b, bs, nk, n, x0, x1);
+      case 6: return dots2_n<6>(a0, a1, b, bs, nk, n, x0, x1);
+      case 7: return dots2_n<7>(a0, a1, b, bs, nk, n, x0, x1);
+      case 8: return dots2_n<8>(a0, a1, b, bs, nk, n, x0, x1);
+      default:
+        dots(a0, b, bs, nk, n, x0);
+        dots(a1, b, bs, nk, n, x1);
+    }
+  }
+  template <int NC, class E>
+  static void dots2_n(const S* a0, const S* a1, const E* b, int64_t bs, int nk, int64_t n, S* x0, S* x1) {
+    V av0[NC], av1[NC];
+    for (int c = 0; c < NC; ++c) {
+      av0[c] = Ops::loadc(a0 + c * W);
+      av1[c] = Ops::loadc(a1 + c * W);
+    }
+    V part0[kKeys], part1[kKeys];
+    for (int t = 0; t < nk; ++t) {
+      const E* bt = b + t * bs;
+      V acc00 = Ops::zero(), acc01 = Ops::zero(), acc10 = Ops::zero(), acc11 = Ops::zero();
+      for (int c = 0; c + 1 < NC; c += 2) {
+        const V k0 = loadv(bt + c * W), k1 = loadv(bt + (c + 1) * W);
+        acc00 = Ops::add(acc00, Ops::mul(av0[c], k0));
+        acc01 = Ops::add(acc01, Ops::mul(av0[c + 1], k1));
+        acc10 = Ops::add(acc10, Ops::mul(av1[c], k0));
+        acc11 = Ops::add(acc11, Ops::mul(av1[c + 1], k1));
+      }
+      if (NC % 2) {
+        const V k0 = loadv(bt + (NC - 1) * W);
+        acc00 = Ops::add(acc00, Ops::mul(av0[NC - 1], k0));
+        acc10 = Ops::add(acc10, Ops::mul(av1[NC - 1], k0));
+      }
+      part0[t] = Ops::add(acc00, acc01);
+      part1[t] = Ops::add(acc10, acc11);
+    }
+    reduce_dots(part0, a0, b, bs, nk, n, x0);
+    reduce_dots(part1, a1, b, bs, nk, n, x1);
+  }
   // dots with more chunks than dots_n holds (AVX2 at D > 64): a's chunks held 8 at a time, each
   // key's two partial sums carried from one piece to the next, so the sums are dot_part's in its
   // order. dot_part loaded a's chunk again for every key, two loads a multiply-add: at D = 128 on
@@ -254,6 +312,56 @@ struct Small {
       for (int v = 0; v < NV; ++v) acc[v] = Ops::add(acc[v], Ops::mul(va, loadv(x + t * xs + v * W)));
     }
     for (int v = 0; v < NV; ++v) Ops::storec(y + v * W, acc[v]);
+  }
+  // axpys of two rows y0, y1 (weights a0, a1) over the same x rows (kTwoRows above)
+  template <bool kSkipZeros, class E>
+  static void axpys2(const S* a0, const S* a1, int m, const E* x, int64_t xs, S* y0, S* y1, int64_t n) {
+    int64_t c = 0;
+    for (; c + 8 * W <= n; c += 8 * W) axpys2_cols<8, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c);
+    switch ((n - c) / W) {
+      case 7: axpys2_cols<7, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      case 6: axpys2_cols<6, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      case 5: axpys2_cols<5, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      case 4: axpys2_cols<4, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      case 3: axpys2_cols<3, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      case 2: axpys2_cols<2, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      case 1: axpys2_cols<1, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      default: break;
+    }
+    for (c = n - n % W; c < n; ++c)
+      for (int t = 0; t < m; ++t) {
+        if (!kSkipZeros || a0[t] != S(0)) y0[c] += a0[t] * elem(x + t * xs + c);
+        if (!kSkipZeros || a1[t] != S(0)) y1[c] += a1[t] * elem(x + t * xs + c);
+      }
+  }
+  template <int NV, bool kSkipZeros, class E>
+  static void axpys2_cols(const S* a0, const S* a1, int m, const E* x, int64_t xs, S* y0, S* y1) {
+    V acc0[NV], acc1[NV];
+    for (int v = 0; v < NV; ++v) {
+      acc0[v] = Ops::loadc(y0 + v * W);
+      acc1[v] = Ops::loadc(y1 + v * W);
+    }
+    for (int t = 0; t < m; ++t) {
+      const bool use0 = !kSkipZeros || a0[t] != S(0), use1 = !kSkipZeros || a1[t] != S(0);
+      if (use0 && use1) {
+        const V va0 = Ops::set1(a0[t]), va1 = Ops::set1(a1[t]);
+        for (int v = 0; v < NV; ++v) {
+          const V xv = loadv(x + t * xs + v * W);
+          acc0[v] = Ops::add(acc0[v], Ops::mul(va0, xv));
+          acc1[v] = Ops::add(acc1[v], Ops::mul(va1, xv));
+        }
+      } else if (use0) {  // one row's term is skipped (a zero weight: a masked key)
+        const V va = Ops::set1(a0[t]);
+        for (int v = 0; v < NV; ++v) acc0[v] = Ops::add(acc0[v], Ops::mul(va, loadv(x + t * xs + v * W)));
+      } else if (use1) {
+        const V va = Ops::set1(a1[t]);
+        for (int v = 0; v < NV; ++v) acc1[v] = Ops::add(acc1[v], Ops::mul(va, loadv(x + t * xs + v * W)));
+      }
+    }
+    for (int v = 0; v < NV; ++v) {
+      Ops::storec(y0 + v * W, acc0[v]);
+      Ops::storec(y1 + v * W, acc1[v]);
+    }
   }
   static S exp2s(S x) { return x == S(-INFINITY) ? S(0) : static_cast<S>(std::exp2(x)); }
 
@@ -414,11 +522,23 @@ struct Small {
     for (int64_t j0 = lo_block; j0 <= hi; j0 += kKeys) {  // the logits, a block of keys at a time
       const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
       const BlockRows kb = block_rows(p, false, b, h, j0, nk, r.kblk, r.ld, raw);
+      S qks[flash::kSmallMaxPairs][kKeys];  // pair k's dot products with the block's keys
+      with_rows(kb, [&](auto x) {
+        for (int64_t k = 0; k < np;) {
+          const bool sees = imax(j0, lok[k]) <= imin(j0 + nk - 1, hik[k]);
+          if (kTwoRows && sees && k + 1 < np && imax(j0, lok[k + 1]) <= imin(j0 + nk - 1, hik[k + 1])) {
+            dots2(r.q + k * r.ld, r.q + (k + 1) * r.ld, x, kb.rs, nk, D, qks[k], qks[k + 1]);
+            k += 2;
+            continue;
+          }
+          if (sees) dots(r.q + k * r.ld, x, kb.rs, nk, D, qks[k]);
+          ++k;
+        }
+      });
       for (int64_t k = 0; k < np; ++k) {
         const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
         if (a > e) continue;
-        S qk[kKeys];
-        with_rows(kb, [&](auto x) { dots(r.q + k * r.ld, x, kb.rs, nk, D, qk); });
+        const S* qk = qks[k];
         S* sk = r.s + k * r.ls;  // key j's logit at sk[j - lok[k]]
         if (!p.pse && !p.full_mask && a == j0 && e - a + 1 == kKeys) {
           for (int t = 0; t < kKeys; t += W)
@@ -466,18 +586,35 @@ struct Small {
     for (int64_t j0 = lo_block; j0 <= hi; j0 += kKeys) {  // out += P V, a block of keys at a time
       const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
       const BlockRows vb = block_rows(p, true, b, h, j0, nk, r.vblk, r.ld, raw);
-      for (int64_t k = 0; k < np; ++k) {
+      // the weights of pair k's keys a .. e, times the kept fraction
+      auto weights = [&](int64_t k, int64_t a, int64_t e, S* pe) -> const S* {
+        const S* wk = r.s + k * r.ls + a - lok[k];
+        if (p.keep_prob >= 1.0) return wk;
+        for (int64_t j = a; j <= e; ++j) pe[j - a] = wk[j - a] * keep(p, dkey, b, n[k], i[k], j);
+        return pe;
+      };
+      for (int64_t k = 0; k < np;) {
         const int64_t a = imax(j0, lok[k]), e = imin(j0 + nk - 1, hik[k]);
-        if (a > e) continue;
-        const S* wk = r.s + k * r.ls + a - lok[k];  // the weights of keys a .. e, times the kept fraction
-        S pe[kKeys];
-        if (p.keep_prob < 1.0) {
-          for (int64_t j = a; j <= e; ++j) pe[j - a] = wk[j - a] * keep(p, dkey, b, n[k], i[k], j);
-          wk = pe;
+        if (a > e) {
+          ++k;
+          continue;
+        }
+        S pe0[kKeys], pe1[kKeys];
+        const S* w0 = weights(k, a, e, pe0);
+        // two pairs over the same keys (no window between them) share the V loads
+        if (kTwoRows && k + 1 < np && imax(j0, lok[k + 1]) == a && imin(j0 + nk - 1, hik[k + 1]) == e) {
+          const S* w1 = weights(k + 1, a, e, pe1);
+          with_rows(vb, [&](auto x) {
+            axpys2<true>(w0, w1, static_cast<int>(e - a + 1), x + (a - j0) * vb.rs, vb.rs, r.acc + k * r.ld,
+                         r.acc + (k + 1) * r.ld, Dv);
+          });
+          k += 2;
+          continue;
         }
         with_rows(vb, [&](auto x) {
-          axpys<true>(wk, static_cast<int>(e - a + 1), x + (a - j0) * vb.rs, vb.rs, r.acc + k * r.ld, Dv);
+          axpys<true>(w0, static_cast<int>(e - a + 1), x + (a - j0) * vb.rs, vb.rs, r.acc + k * r.ld, Dv);
         });
+        ++k;
       }
     }
     for (int64_t k = 0; k < np; ++k) {
