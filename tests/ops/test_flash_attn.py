@@ -625,8 +625,9 @@ def test_packed_qkv_views_are_not_copied_forward_or_backward(dtype) -> None:
 @pytest.mark.parametrize("d", [128, 40])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_decode_row_bitwise_the_same_in_any_pass(dtype, d) -> None:
-    # The row kernels widen 16-bit K and V in registers in passes of few (head, row) pairs and
-    # convert them a block at a time in larger bf16 passes (raw_rows): a row's out, lse and dq are
+    # The row kernels widen 16-bit K and V in registers in passes of few (head, row) pairs and, at
+    # AVX2, convert them a block at a time in larger bf16 passes (raw_rows); at AVX-512 the forward
+    # takes two pairs at a time where it can (kTwoRows), one where it cannot: a row's out, lse and dq are
     # bitwise the same either way. 3 rows of 8 query heads on 2 kv heads (12 pairs a pass) against
     # each row alone (4 pairs); 64 keys keep 3 rows on the row kernels at every ISA level (the
     # fewest is bf16 on the vector pair tiles': kSmallRowsQBf16Pairs); D = 40 has a tail past the

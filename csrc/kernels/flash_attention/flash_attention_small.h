@@ -448,11 +448,13 @@ struct Small {
     return {x, rs, 0};
   }
   // Whether a pass of `pairs` query rows reads 16-bit K / V raw: fp16 always (one instruction
-  // widens a vector as it loads it), bf16 (a load-widen and a shift) for up to 8 rows. Each pair
-  // widens the rows again, and with 16 pairs a bf16 block converted once ran 1.04-1.19x faster
-  // forward (1.03-1.08x backward); with 8 pairs raw won 1.14x (1.12x), with 1 up to 1.77x.
+  // widens a vector as it loads it), bf16 (a load-widen and a shift) for up to 8 rows at AVX2.
+  // Each pair widens the rows again, and there with 16 pairs a bf16 block converted once ran
+  // 1.04-1.19x faster forward (1.03-1.08x backward); with 8 pairs raw won 1.14x (1.12x), with 1 up
+  // to 1.77x (Zen 3). At AVX-512 the forward widens once per two pairs (kTwoRows), and raw bf16
+  // won at 16 pairs too (Zen 4: 1.03-1.14x forward, 1.00-1.02x backward).
   static bool raw_rows(const FlashAttnFwdParams& p, int64_t pairs) {
-    return kWidens && (p.dtype == OP_DT_FLOAT16 || (p.dtype == OP_DT_BF16 && pairs <= 8));
+    return kWidens && (p.dtype == OP_DT_FLOAT16 || (p.dtype == OP_DT_BF16 && (kTwoRows || pairs <= 8)));
   }
   // f(rows) with the block's rows as a typed pointer (const S*, const Bf16* or const F16*)
   template <class F>
