@@ -52,7 +52,7 @@ BwdLayout make_layout(const Shape& s, const Plan& plan, WorkspaceLayout& ws) {
 
 // One chunk of tokens [t_begin, t_end): gv for every token, and the chunk's gsw partial.
 template <class T>
-void grad_chunk(const BwdParams& p, const Plan& plan, const RowKernels<T>& kernels,
+void grad_chunk(const BwdParams& p, const RowKernels<T>& kernels,
                 const acc_t<T>* sw, acc_t<T>* gsw, acc_t<T>* scratch, int64_t t_begin,
                 int64_t t_end) {
   using A = acc_t<T>;
@@ -129,7 +129,7 @@ void backward(const BwdParams& p, const Plan& plan, const BwdLayout& layout, voi
       const int64_t t_end = t_begin + plan.rows_per_chunk < T_count
                                 ? t_begin + plan.rows_per_chunk
                                 : T_count;
-      grad_chunk<T>(p, plan, kernels, sw, gsw_parts + c * layout.gsw_stride,
+      grad_chunk<T>(p, kernels, sw, gsw_parts + c * layout.gsw_stride,
                     scratch + c * layout.scratch_stride, t_begin, t_end);
     }
   });
