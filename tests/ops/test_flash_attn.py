@@ -627,11 +627,11 @@ def test_packed_qkv_views_are_not_copied_forward_or_backward(dtype) -> None:
 def test_decode_row_bitwise_the_same_in_any_pass(dtype, d) -> None:
     # The row kernels widen 16-bit K and V in registers in passes of few (head, row) pairs and, at
     # AVX2, convert them a block at a time in larger bf16 passes (raw_rows); at AVX-512 the forward
-    # takes two pairs at a time where it can (kTwoRows), one where it cannot: a row's out, lse and dq are
-    # bitwise the same either way. 3 rows of 8 query heads on 2 kv heads (12 pairs a pass) against
-    # each row alone (4 pairs); 64 keys keep 3 rows on the row kernels at every ISA level (the
-    # fewest is bf16 on the vector pair tiles': kSmallRowsQBf16Pairs); D = 40 has a tail past the
-    # vector width.
+    # takes two pairs at a time where it can (kTwoRows), one where it cannot: a row's out, lse and
+    # dq are bitwise the same either way. 3 rows of 8 query heads on 2 kv heads (12 pairs a pass)
+    # against each row alone (4 pairs); 64 keys keep 3 rows on the row kernels at every ISA level
+    # (the fewest is bf16 on the vector pair tiles': kSmallRowsQBf16Pairs); D = 40 has a tail past
+    # the vector width.
     x = make_inputs("BSND", 1, 3, 64, 8, 2, d, d, dtype, seed=41)
     opts = dict(layout_q="BSND", softmax_scale=0.1)
     out, lse = run_forward(x, opts)

@@ -198,7 +198,7 @@ bool make_small_plan(const FlashAttnFwdParams& p, bool bwd, int64_t threads, Pla
   return true;
 }
 
-// The most query rows the row kernels take off the AMX tiles (flash_attention_plan.h)
+// The most query rows the row kernels take, where bf16 is not on AMX (its own rule is below)
 static int64_t small_rows_limit(Compute compute, bool bwd, int64_t max_seqlen_kv) {
   if (compute == Compute::kBf16Pairs)
     return !bwd && max_seqlen_kv >= kSmallLongKeys ? kSmallRowsQBf16PairsLongKeys : kSmallRowsQBf16Pairs;
