@@ -137,36 +137,9 @@ struct Small {
   // reduced W at a time (Ops::hsums), not one by one.
   template <class E>
   static void dots(const S* a, const E* b, int64_t bs, int nk, int64_t n, S* x) {
-    switch (n / W) {  // a's chunks held in registers, when there are few enough of them
-      case 1: return dots_n<1>(a, b, bs, nk, n, x);
-      case 2: return dots_n<2>(a, b, bs, nk, n, x);
-      case 3: return dots_n<3>(a, b, bs, nk, n, x);
-      case 4: return dots_n<4>(a, b, bs, nk, n, x);
-      case 5: return dots_n<5>(a, b, bs, nk, n, x);
-      case 6: return dots_n<6>(a, b, bs, nk, n, x);
-      case 7: return dots_n<7>(a, b, bs, nk, n, x);
-      case 8: return dots_n<8>(a, b, bs, nk, n, x);
-      default: return dots_pieces(a, b, bs, nk, n, x);
-    }
-  }
-  // dots with a's NC = n / W whole chunks loaded once (dot_part loaded them again for every key,
-  // and on Zen 4 those loads, not the multiplies, bounded the logits), same sums.
-  template <int NC, class E>
-  static void dots_n(const S* a, const E* b, int64_t bs, int nk, int64_t n, S* x) {
-    V av[NC];
-    for (int c = 0; c < NC; ++c) av[c] = Ops::loadc(a + c * W);
-    V part[kKeys];
-    for (int t = 0; t < nk; ++t) {
-      const E* bt = b + t * bs;
-      V acc0 = Ops::zero(), acc1 = Ops::zero();
-      for (int c = 0; c + 1 < NC; c += 2) {
-        acc0 = Ops::add(acc0, Ops::mul(av[c], loadv(bt + c * W)));
-        acc1 = Ops::add(acc1, Ops::mul(av[c + 1], loadv(bt + (c + 1) * W)));
-      }
-      if (NC % 2) acc0 = Ops::add(acc0, Ops::mul(av[NC - 1], loadv(bt + (NC - 1) * W)));
-      part[t] = Ops::add(acc0, acc1);
-    }
-    reduce_dots(part, a, b, bs, nk, n, x);
+    const S* rows[1] = {a};
+    S* out[1] = {x};
+    dots_of<1>(rows, b, bs, nk, n, out);
   }
   // Two rows at once (kTwoRows): the dots, or axpys, of rows a0 and a1 against the same keys, each
   // row's operations those of the one-row function in the same order (so its sums are bitwise
@@ -182,48 +155,52 @@ struct Small {
 #endif
   template <class E>
   static void dots2(const S* a0, const S* a1, const E* b, int64_t bs, int nk, int64_t n, S* x0, S* x1) {
-    switch (n / W) {
-      case 1: return dots2_n<1>(a0, a1, b, bs, nk, n, x0, x1);
-      case 2: return dots2_n<2>(a0, a1, b, bs, nk, n, x0, x1);
-      case 3: return dots2_n<3>(a0, a1, b, bs, nk, n, x0, x1);
-      case 4: return dots2_n<4>(a0, a1, b, bs, nk, n, x0, x1);
-      case 5: return dots2_n<5>(a0, a1, b, bs, nk, n, x0, x1);
-      case 6: return dots2_n<6>(a0, a1, b, bs, nk, n, x0, x1);
-      case 7: return dots2_n<7>(a0, a1, b, bs, nk, n, x0, x1);
-      case 8: return dots2_n<8>(a0, a1, b, bs, nk, n, x0, x1);
+    const S* rows[2] = {a0, a1};
+    S* out[2] = {x0, x1};
+    dots_of<2>(rows, b, bs, nk, n, out);
+  }
+  // dots of R rows a[r] (into x[r]) against the same keys
+  template <int R, class E>
+  static void dots_of(const S* const* a, const E* b, int64_t bs, int nk, int64_t n, S* const* x) {
+    switch (n / W) {  // the rows' chunks held in registers, when there are few enough of them
+      case 1: return dots_n<R, 1>(a, b, bs, nk, n, x);
+      case 2: return dots_n<R, 2>(a, b, bs, nk, n, x);
+      case 3: return dots_n<R, 3>(a, b, bs, nk, n, x);
+      case 4: return dots_n<R, 4>(a, b, bs, nk, n, x);
+      case 5: return dots_n<R, 5>(a, b, bs, nk, n, x);
+      case 6: return dots_n<R, 6>(a, b, bs, nk, n, x);
+      case 7: return dots_n<R, 7>(a, b, bs, nk, n, x);
+      case 8: return dots_n<R, 8>(a, b, bs, nk, n, x);
       default:
-        dots(a0, b, bs, nk, n, x0);
-        dots(a1, b, bs, nk, n, x1);
+        for (int r = 0; r < R; ++r) dots_pieces(a[r], b, bs, nk, n, x[r]);
     }
   }
-  template <int NC, class E>
-  static void dots2_n(const S* a0, const S* a1, const E* b, int64_t bs, int nk, int64_t n, S* x0, S* x1) {
-    V av0[NC], av1[NC];
-    for (int c = 0; c < NC; ++c) {
-      av0[c] = Ops::loadc(a0 + c * W);
-      av1[c] = Ops::loadc(a1 + c * W);
-    }
-    V part0[kKeys], part1[kKeys];
+  // dots with the rows' NC = n / W whole chunks loaded once (dot_part loaded them again for every
+  // key, and on Zen 4 those loads, not the multiplies, bounded the logits), same sums.
+  template <int R, int NC, class E>
+  static void dots_n(const S* const* a, const E* b, int64_t bs, int nk, int64_t n, S* const* x) {
+    V av[R][NC];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < NC; ++c) av[r][c] = Ops::loadc(a[r] + c * W);
+    V part[R][kKeys];
     for (int t = 0; t < nk; ++t) {
       const E* bt = b + t * bs;
-      V acc00 = Ops::zero(), acc01 = Ops::zero(), acc10 = Ops::zero(), acc11 = Ops::zero();
+      V acc0[R], acc1[R];  // each row's even and odd chunks
+      for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Ops::zero();
       for (int c = 0; c + 1 < NC; c += 2) {
         const V k0 = loadv(bt + c * W), k1 = loadv(bt + (c + 1) * W);
-        acc00 = Ops::add(acc00, Ops::mul(av0[c], k0));
-        acc01 = Ops::add(acc01, Ops::mul(av0[c + 1], k1));
-        acc10 = Ops::add(acc10, Ops::mul(av1[c], k0));
-        acc11 = Ops::add(acc11, Ops::mul(av1[c + 1], k1));
+        for (int r = 0; r < R; ++r) {
+          acc0[r] = Ops::add(acc0[r], Ops::mul(av[r][c], k0));
+          acc1[r] = Ops::add(acc1[r], Ops::mul(av[r][c + 1], k1));
+        }
       }
       if (NC % 2) {
         const V k0 = loadv(bt + (NC - 1) * W);
-        acc00 = Ops::add(acc00, Ops::mul(av0[NC - 1], k0));
-        acc10 = Ops::add(acc10, Ops::mul(av1[NC - 1], k0));
+        for (int r = 0; r < R; ++r) acc0[r] = Ops::add(acc0[r], Ops::mul(av[r][NC - 1], k0));
       }
-      part0[t] = Ops::add(acc00, acc01);
-      part1[t] = Ops::add(acc10, acc11);
+      for (int r = 0; r < R; ++r) part[r][t] = Ops::add(acc0[r], acc1[r]);
     }
-    reduce_dots(part0, a0, b, bs, nk, n, x0);
-    reduce_dots(part1, a1, b, bs, nk, n, x1);
+    for (int r = 0; r < R; ++r) reduce_dots(part[r], a[r], b, bs, nk, n, x[r]);
   }
   // dots with more chunks than dots_n holds (AVX2 at D > 64): a's chunks held 8 at a time, each
   // key's two partial sums carried from one piece to the next, so the sums are dot_part's in its
@@ -286,82 +263,62 @@ struct Small {
   // across the m rows.
   template <bool kSkipZeros, class E>
   static void axpys(const S* a, int m, const E* x, int64_t xs, S* y, int64_t n) {
-    int64_t c = 0;
-    for (; c + 8 * W <= n; c += 8 * W) axpys_cols<8, kSkipZeros>(a, m, x + c, xs, y + c);
-    switch ((n - c) / W) {
-      case 7: axpys_cols<7, kSkipZeros>(a, m, x + c, xs, y + c); break;
-      case 6: axpys_cols<6, kSkipZeros>(a, m, x + c, xs, y + c); break;
-      case 5: axpys_cols<5, kSkipZeros>(a, m, x + c, xs, y + c); break;
-      case 4: axpys_cols<4, kSkipZeros>(a, m, x + c, xs, y + c); break;
-      case 3: axpys_cols<3, kSkipZeros>(a, m, x + c, xs, y + c); break;
-      case 2: axpys_cols<2, kSkipZeros>(a, m, x + c, xs, y + c); break;
-      case 1: axpys_cols<1, kSkipZeros>(a, m, x + c, xs, y + c); break;
-      default: break;
-    }
-    for (c = n - n % W; c < n; ++c)
-      for (int t = 0; t < m; ++t)
-        if (!kSkipZeros || a[t] != S(0)) y[c] += a[t] * elem(x + t * xs + c);
-  }
-  template <int NV, bool kSkipZeros, class E>
-  static void axpys_cols(const S* a, int m, const E* x, int64_t xs, S* y) {
-    V acc[NV];
-    for (int v = 0; v < NV; ++v) acc[v] = Ops::loadc(y + v * W);
-    for (int t = 0; t < m; ++t) {
-      if (kSkipZeros && a[t] == S(0)) continue;
-      const V va = Ops::set1(a[t]);
-      for (int v = 0; v < NV; ++v) acc[v] = Ops::add(acc[v], Ops::mul(va, loadv(x + t * xs + v * W)));
-    }
-    for (int v = 0; v < NV; ++v) Ops::storec(y + v * W, acc[v]);
+    const S* w[1] = {a};
+    S* out[1] = {y};
+    axpys_of<1, kSkipZeros>(w, m, x, xs, out, n);
   }
   // axpys of two rows y0, y1 (weights a0, a1) over the same x rows (kTwoRows above)
   template <bool kSkipZeros, class E>
   static void axpys2(const S* a0, const S* a1, int m, const E* x, int64_t xs, S* y0, S* y1, int64_t n) {
+    const S* w[2] = {a0, a1};
+    S* out[2] = {y0, y1};
+    axpys_of<2, kSkipZeros>(w, m, x, xs, out, n);
+  }
+  template <int R, bool kSkipZeros, class E>
+  static void axpys_of(const S* const* a, int m, const E* x, int64_t xs, S* const* y, int64_t n) {
     int64_t c = 0;
-    for (; c + 8 * W <= n; c += 8 * W) axpys2_cols<8, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c);
+    for (; c + 8 * W <= n; c += 8 * W) axpys_cols<R, 8, kSkipZeros>(a, m, x + c, xs, y, c);
     switch ((n - c) / W) {
-      case 7: axpys2_cols<7, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
-      case 6: axpys2_cols<6, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
-      case 5: axpys2_cols<5, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
-      case 4: axpys2_cols<4, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
-      case 3: axpys2_cols<3, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
-      case 2: axpys2_cols<2, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
-      case 1: axpys2_cols<1, kSkipZeros>(a0, a1, m, x + c, xs, y0 + c, y1 + c); break;
+      case 7: axpys_cols<R, 7, kSkipZeros>(a, m, x + c, xs, y, c); break;
+      case 6: axpys_cols<R, 6, kSkipZeros>(a, m, x + c, xs, y, c); break;
+      case 5: axpys_cols<R, 5, kSkipZeros>(a, m, x + c, xs, y, c); break;
+      case 4: axpys_cols<R, 4, kSkipZeros>(a, m, x + c, xs, y, c); break;
+      case 3: axpys_cols<R, 3, kSkipZeros>(a, m, x + c, xs, y, c); break;
+      case 2: axpys_cols<R, 2, kSkipZeros>(a, m, x + c, xs, y, c); break;
+      case 1: axpys_cols<R, 1, kSkipZeros>(a, m, x + c, xs, y, c); break;
       default: break;
     }
     for (c = n - n % W; c < n; ++c)
-      for (int t = 0; t < m; ++t) {
-        if (!kSkipZeros || a0[t] != S(0)) y0[c] += a0[t] * elem(x + t * xs + c);
-        if (!kSkipZeros || a1[t] != S(0)) y1[c] += a1[t] * elem(x + t * xs + c);
-      }
+      for (int t = 0; t < m; ++t)
+        for (int r = 0; r < R; ++r)
+          if (!kSkipZeros || a[r][t] != S(0)) y[r][c] += a[r][t] * elem(x + t * xs + c);
   }
-  template <int NV, bool kSkipZeros, class E>
-  static void axpys2_cols(const S* a0, const S* a1, int m, const E* x, int64_t xs, S* y0, S* y1) {
-    V acc0[NV], acc1[NV];
-    for (int v = 0; v < NV; ++v) {
-      acc0[v] = Ops::loadc(y0 + v * W);
-      acc1[v] = Ops::loadc(y1 + v * W);
-    }
+  // columns c0 .. c0 + NV * W - 1 of the rows y[r]
+  template <int R, int NV, bool kSkipZeros, class E>
+  static void axpys_cols(const S* const* a, int m, const E* x, int64_t xs, S* const* y, int64_t c0) {
+    V acc[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = Ops::loadc(y[r] + c0 + v * W);
     for (int t = 0; t < m; ++t) {
-      const bool use0 = !kSkipZeros || a0[t] != S(0), use1 = !kSkipZeros || a1[t] != S(0);
-      if (use0 && use1) {
-        const V va0 = Ops::set1(a0[t]), va1 = Ops::set1(a1[t]);
+      bool all = true;  // every row takes this term: the x vectors loaded once for all of them
+      for (int r = 0; r < R; ++r) all = all && (!kSkipZeros || a[r][t] != S(0));
+      if (all) {
+        V va[R];
+        for (int r = 0; r < R; ++r) va[r] = Ops::set1(a[r][t]);
         for (int v = 0; v < NV; ++v) {
           const V xv = loadv(x + t * xs + v * W);
-          acc0[v] = Ops::add(acc0[v], Ops::mul(va0, xv));
-          acc1[v] = Ops::add(acc1[v], Ops::mul(va1, xv));
+          for (int r = 0; r < R; ++r) acc[r][v] = Ops::add(acc[r][v], Ops::mul(va[r], xv));
         }
-      } else if (use0) {  // one row's term is skipped (a zero weight: a masked key)
-        const V va = Ops::set1(a0[t]);
-        for (int v = 0; v < NV; ++v) acc0[v] = Ops::add(acc0[v], Ops::mul(va, loadv(x + t * xs + v * W)));
-      } else if (use1) {
-        const V va = Ops::set1(a1[t]);
-        for (int v = 0; v < NV; ++v) acc1[v] = Ops::add(acc1[v], Ops::mul(va, loadv(x + t * xs + v * W)));
+        continue;
+      }
+      for (int r = 0; r < R; ++r) {  // some row skips the term (a zero weight: a masked key)
+        if (a[r][t] == S(0)) continue;
+        const V va = Ops::set1(a[r][t]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = Ops::add(acc[r][v], Ops::mul(va, loadv(x + t * xs + v * W)));
       }
     }
-    for (int v = 0; v < NV; ++v) {
-      Ops::storec(y0 + v * W, acc0[v]);
-      Ops::storec(y1 + v * W, acc1[v]);
-    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) Ops::storec(y[r] + c0 + v * W, acc[r][v]);
   }
   static S exp2s(S x) { return x == S(-INFINITY) ? S(0) : static_cast<S>(std::exp2(x)); }
 
