@@ -482,15 +482,15 @@ struct Small {
       const int nk = static_cast<int>(imin(kKeys, hi - j0 + 1));
       const BlockRows kb = block_rows(p, false, b, h, j0, nk, r.kblk, r.ld, raw);
       S qks[flash::kSmallMaxPairs][kKeys];  // pair k's dot products with the block's keys
+      auto sees = [&](int64_t k) { return imax(j0, lok[k]) <= imin(j0 + nk - 1, hik[k]); };
       with_rows(kb, [&](auto x) {
         for (int64_t k = 0; k < np;) {
-          const bool sees = imax(j0, lok[k]) <= imin(j0 + nk - 1, hik[k]);
-          if (kTwoRows && sees && k + 1 < np && imax(j0, lok[k + 1]) <= imin(j0 + nk - 1, hik[k + 1])) {
+          if (kTwoRows && k + 1 < np && sees(k) && sees(k + 1)) {
             dots2(r.q + k * r.ld, r.q + (k + 1) * r.ld, x, kb.rs, nk, D, qks[k], qks[k + 1]);
             k += 2;
             continue;
           }
-          if (sees) dots(r.q + k * r.ld, x, kb.rs, nk, D, qks[k]);
+          if (sees(k)) dots(r.q + k * r.ld, x, kb.rs, nk, D, qks[k]);
           ++k;
         }
       });
